@@ -1,0 +1,176 @@
+"""Final-answer extraction and the cheap exact comparison that runs before math-verify.
+
+Extraction: the answer is the content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) or
+the last DAPO-style ``Answer: ...`` line, whichever starts later in the response.  Only
+the last :data:`SCAN_CHARS` characters are scanned, and the scan is a single linear pass,
+so hostile inputs (megabytes of braces, thousands of nested boxes) cost bounded time here;
+what they cost in math-verify is bounded by :mod:`reward.math_verify_pool`.
+
+Cheap path: :func:`quick_compare` decides pairs that need no computer algebra (the same
+string after conservative normalisation, equal integers, equal rationals written as
+decimals or ``\\frac{a}{b}``) and returns ``None`` when math-verify must decide.  It only
+ever answers "not equal" for two plain integers, where math-verify cannot disagree.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+SCAN_CHARS = 65536
+"""How many characters at the end of a response are searched for the final answer."""
+
+_BOX_OR_BRACE = re.compile(r"\\(?:boxed|fbox)\s*\{|\\boxed +(?=[^\s{])|[{}]")
+_ANSWER_LINE = re.compile(r"(?im)^[ \t>*#_]*(?:final\s+)?answer[ \t*_]*:[ \t*_]*(.*?)[ \t]*$")
+_SPACE_TOKEN = re.compile(r"\\boxed +([^\s$]+)")
+
+
+def extract_answer(response: str) -> str | None:
+    """The final answer of a response, or ``None`` when it gives none.
+
+    >>> extract_answer(r"so \\boxed{\\frac{1}{2}}.")
+    '\\\\frac{1}{2}'
+    >>> extract_answer("blah\\nAnswer: $42$")
+    '42'
+    """
+    tail = response[-SCAN_CHARS:]
+    box_start, box_content = _last_box(tail)
+    line_start, line_content = _last_answer_line(tail)
+    if box_start < 0 and line_start < 0:
+        return None
+    if box_start >= line_start:
+        content = box_content
+    else:
+        content = line_content
+    content = content.strip()
+    return content or None
+
+
+def _last_box(text: str) -> tuple[int, str]:
+    """(start offset, content) of the completed box that opens last; (-1, "") if none.
+
+    One left-to-right pass with a stack of open braces, each marked as a box opener or a
+    plain brace, so nested and unbalanced inputs stay linear.
+    """
+    stack: list[int] = []  # content start for a box opener, -1 for a plain brace
+    starts: list[int] = []  # position of the backslash for box openers
+    best_start, best_content = -1, ""
+    for match in _BOX_OR_BRACE.finditer(text):
+        token = match.group()
+        if token == "{":
+            stack.append(-1)
+            starts.append(-1)
+        elif token == "}":
+            if not stack:
+                continue
+            content_start = stack.pop()
+            start = starts.pop()
+            if content_start >= 0 and start > best_start:
+                best_start, best_content = start, text[content_start : match.start()]
+        elif token.endswith("{"):
+            stack.append(match.end())
+            starts.append(match.start())
+        else:  # "\boxed 5": a single space-delimited token
+            spaced = _SPACE_TOKEN.match(text, match.start())
+            if spaced is not None and match.start() > best_start:
+                best_start, best_content = match.start(), spaced.group(1)
+    return best_start, best_content
+
+
+def _last_answer_line(text: str) -> tuple[int, str]:
+    """(start offset, cleaned content) of the last ``Answer: ...`` line; (-1, "") if none."""
+    last = None
+    for last in _ANSWER_LINE.finditer(text):
+        pass
+    if last is None:
+        return -1, ""
+    return last.start(), _strip_math_delimiters(last.group(1))
+
+
+def _strip_math_delimiters(content: str) -> str:
+    """Remove the markup around an ``Answer:`` value: ``$..$``, ``\\(..\\)``, ``\\[..\\]``, bold, final period."""
+    s = content.strip()
+    changed = True
+    while changed and s:
+        changed = False
+        for left, right in (("**", "**"), ("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
+            if len(s) >= len(left) + len(right) and s.startswith(left) and s.endswith(right):
+                s = s[len(left) : len(s) - len(right)].strip()
+                changed = True
+        if s.endswith("."):
+            s = s[:-1].strip()
+            changed = True
+        if s.endswith("$") and s.count("$") == 1:
+            s = s[:-1].strip()
+            changed = True
+        if s.startswith("$") and s.count("$") == 1:
+            s = s[1:].strip()
+            changed = True
+    return s
+
+
+_UNWRAP = re.compile(r"\\(?:text|textbf|mathrm|mathbf|operatorname)\s*\{([^{}]*)\}")
+_SPACING = re.compile(r"\\(?:left|right|displaystyle|[,;:! ])|\\q?quad")
+_DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?")
+_CHOICE = re.compile(r"^\(?([A-Ea-e])\)?$")
+_INTEGER = re.compile(r"^[+-]?\d{1,100}$")
+_DECIMAL = re.compile(r"^[+-]?(?:\d{1,60}(?:\.\d{0,60})?|\.\d{1,60})$")
+_FRAC = re.compile(r"^([+-]?)\\frac\{?([+-]?\d{1,60})\}?\{?(\d{1,60})\}?$")
+
+
+def normalise(answer: str) -> str:
+    """A conservative canonical spelling: only rewrites that never change the value.
+
+    Drops ``$``, spacing commands, ``\\left``/``\\right``, whitespace, degree signs, a
+    trailing period and percent sign (math-verify treats ``50\\%`` as 50), unwraps
+    ``\\text{...}``-like macros, spells ``\\dfrac``/``\\tfrac`` as ``\\frac`` and a lone
+    multiple-choice letter ``(B)`` as ``B``.
+    """
+    s = answer.replace("$", "")
+    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    previous = None
+    while previous != s:
+        previous = s
+        s = _UNWRAP.sub(r"\1", s)
+    s = _SPACING.sub("", s)
+    s = _DEGREES.sub("", s)
+    s = "".join(s.split())
+    s = s.rstrip(".")
+    if s.endswith("\\%"):
+        s = s[:-2]
+    elif s.endswith("%"):
+        s = s[:-1]
+    choice = _CHOICE.match(s)
+    if choice is not None:
+        s = choice.group(1).upper()
+    return s
+
+
+def _as_rational(s: str) -> Fraction | None:
+    if _DECIMAL.match(s):
+        return Fraction(s)
+    frac = _FRAC.match(s)
+    if frac is not None:
+        sign, num, den = frac.groups()
+        if int(den) == 0:
+            return None
+        value = Fraction(int(num), int(den))
+        return -value if sign == "-" else value
+    return None
+
+
+def quick_compare(gold: str, pred: str) -> bool | None:
+    """Decide ``gold == pred`` without computer algebra when that is safe, else ``None``.
+
+    ``True``: the normalised strings match, or both are the same rational number.
+    ``False``: both are plain integers and differ.  ``None``: ask math-verify.
+    """
+    g, p = normalise(gold), normalise(pred)
+    if g == p and g:
+        return True
+    if _INTEGER.match(g) and _INTEGER.match(p):
+        return int(g) == int(p)
+    g_value, p_value = _as_rational(g), _as_rational(p)
+    if g_value is not None and p_value is not None and g_value == p_value:
+        return True
+    return None
