@@ -1,0 +1,66 @@
+"""Generation backends: vLLM (GPU, tensor parallel) and transformers (CPU or GPU, small models).
+
+Both take the same requests and return the same completions, so the evaluation loop, the
+files it writes and the tests do not depend on which one produced the text. Heavy imports
+(torch, transformers, vllm) happen only when a backend is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from dfpo.evaluation.sampling import SamplingConfig
+
+BACKEND_NAMES = ("vllm", "transformers")
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """k samples to draw for one problem."""
+
+    problem_id: str
+    messages: list[dict[str, str]]
+    seeds: list[int]
+    """One seed per sample (len(seeds) == k)."""
+    problem_seed: int
+    """Seed for backends that draw all k samples of a problem as one batch."""
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One sampled response."""
+
+    text: str
+    num_tokens: int
+    """Generated tokens, the end-of-sequence token included when one was produced."""
+    truncated: bool
+    """True when the response hit the token limit before an end-of-sequence token."""
+    seed: int
+    """The seed that reproduces this sample with this backend (see the backend's docs)."""
+
+
+class GenerationBackend(Protocol):
+    """What the evaluation loop needs from a backend."""
+
+    def describe(self) -> dict[str, Any]:
+        """Settings that identify the backend in the run manifest."""
+        ...
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
+        """Completions for each request, in request order, len(seeds) per request."""
+        ...
+
+
+def build_backend(name: str, model_path: str, sampling: SamplingConfig, **options: Any) -> GenerationBackend:
+    """Build a backend by name; ``options`` are the backend's constructor arguments."""
+    if name == "vllm":
+        from dfpo.evaluation.backends.vllm_backend import VLLMBackend
+
+        return VLLMBackend(model_path, sampling, **options)
+    if name == "transformers":
+        from dfpo.evaluation.backends.transformers_backend import TransformersBackend
+
+        return TransformersBackend(model_path, sampling, **options)
+    raise ValueError(f"unknown backend {name!r}; choose one of {BACKEND_NAMES}")

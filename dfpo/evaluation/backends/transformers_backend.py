@@ -1,0 +1,130 @@
+"""transformers ``generate`` backend for CPU and single-GPU evaluation of small models.
+
+The k samples of a problem are drawn as one batch (``num_return_sequences``), or in slices of
+``sample_batch_size``; the torch RNG is seeded before each slice with the seed of the slice's
+first sample, and that seed is what each completion records. Problems are generated one at a
+time, so a sample depends only on the model, the prompt, the sampling settings and its
+recorded seed, never on which other problems were in flight (a resumed run reproduces an
+uninterrupted one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from dfpo.evaluation.backends import Completion, GenerationRequest
+from dfpo.evaluation.chat_prompt import render_prompt_ids
+from dfpo.evaluation.sampling import SamplingConfig
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
+    ids: set[int] = set()
+    configured = getattr(model.generation_config, "eos_token_id", None)
+    if isinstance(configured, int):
+        ids.add(configured)
+    elif configured is not None:
+        ids.update(int(i) for i in configured)
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    if not ids:
+        raise ValueError(
+            "neither the model's generation_config nor the tokenizer defines an eos_token_id; "
+            "responses could never end, set eos_token_id in generation_config.json"
+        )
+    return sorted(ids)
+
+
+class TransformersBackend:
+    """Sample with ``transformers`` (``AutoModelForCausalLM.generate``)."""
+
+    def __init__(
+        self,
+        model_path: str,
+        sampling: SamplingConfig,
+        device: str = "auto",
+        dtype: str = "auto",
+        sample_batch_size: int | None = None,
+        trust_remote_code: bool = False,
+    ) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        torch_dtype = dtype if dtype == "auto" else getattr(torch, dtype)
+        self.model_path = model_path
+        self.sampling = sampling
+        self.device = device
+        self.dtype = dtype
+        self.sample_batch_size = sample_batch_size
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+        self.model = AutoModelForCausalLM.from_pretrained(
+            model_path, dtype=torch_dtype, trust_remote_code=trust_remote_code
+        ).to(device)
+        self.model.eval()
+        self.eos_ids = _eos_ids(self.model, self.tokenizer)
+        pad = self.tokenizer.pad_token_id
+        self.pad_id = int(pad) if pad is not None else self.eos_ids[0]
+
+    def describe(self) -> dict[str, Any]:
+        """Backend settings for the run manifest."""
+        return {"name": "transformers", "device": self.device, "dtype": self.dtype,
+                "sample_batch_size": self.sample_batch_size}
+
+    def _generation_kwargs(self) -> dict[str, Any]:
+        s = self.sampling
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": s.max_new_tokens,
+            "eos_token_id": self.eos_ids,
+            "pad_token_id": self.pad_id,
+            "repetition_penalty": 1.0,
+        }
+        if s.temperature == 0:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        else:
+            kwargs.update(
+                do_sample=True,
+                temperature=s.temperature,
+                top_p=s.top_p,
+                top_k=0 if s.top_k is None else s.top_k,  # 0 disables transformers' top-k warper
+                min_p=s.min_p if s.min_p > 0 else None,
+            )
+        return kwargs
+
+    def _completion(self, tokens: list[int], seed: int) -> Completion:
+        eos = set(self.eos_ids)
+        end = next((i for i, t in enumerate(tokens) if t in eos), None)
+        if end is None:
+            # no end-of-sequence: this row ran until max_new_tokens (unfinished rows are never padded)
+            body, truncated, num_tokens = tokens, True, len(tokens)
+        else:
+            body, truncated, num_tokens = tokens[:end], False, end + 1
+        text = self.tokenizer.decode(body, skip_special_tokens=True)
+        return Completion(text=text, num_tokens=num_tokens, truncated=truncated, seed=seed)
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
+        """Draw len(request.seeds) samples for each request, one problem at a time."""
+        import torch
+
+        results: list[list[Completion]] = []
+        kwargs = self._generation_kwargs()
+        for request in requests:
+            prompt = render_prompt_ids(self.tokenizer, request.messages, self.sampling.chat_template_kwargs)
+            input_ids = torch.tensor([prompt], device=self.device)
+            attention_mask = torch.ones_like(input_ids)
+            k = len(request.seeds)
+            step = self.sample_batch_size or k
+            completions: list[Completion] = []
+            for start in range(0, k, step):
+                n = min(step, k - start)
+                seed = request.seeds[start]
+                torch.manual_seed(seed)
+                with torch.no_grad():
+                    out = self.model.generate(
+                        input_ids=input_ids, attention_mask=attention_mask, num_return_sequences=n, **kwargs
+                    )
+                for row in out[:, len(prompt):].tolist():
+                    completions.append(self._completion(row, seed))
+            results.append(completions)
+        return results

@@ -1,0 +1,91 @@
+"""Fixtures for the evaluation tests: a tiny random Qwen2 with an offline tokenizer, small verl
+parquet files, and deterministic stand-in scorers. Nothing is downloaded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "evaluation"
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking %}<think>\n{% endif %}{% endif %}"
+)
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def build_tiny_model(model_dir: Path) -> Path:
+    """Train a byte-level BPE tokenizer in memory and save it with a random 2-layer Qwen2."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    corpus = ["What is 1 + 1? The answer is \\boxed{2}.", "Let x = 3. Then 2x = 6 and x^2 = 9.",
+              "def solve():\n    print(int(input()) * 2)"] * 20
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus, trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                        additional_special_tokens=["<|im_start|>"])
+    tokenizer.chat_template = CHAT_TEMPLATE
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
+                         eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+                         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
+    model = Qwen2ForCausalLM(config)
+    model_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    return model_dir
+
+
+def write_math_parquet(path: Path, data_source: str, answers: list[str], difficulties: list[str] | None = None) -> Path:
+    """A verl RL parquet with one math question per answer."""
+    rows = []
+    for i, answer in enumerate(answers):
+        extra = {"split": "test", "index": i}
+        if difficulties is not None:
+            extra["difficulty"] = difficulties[i]
+        rows.append({
+            "data_source": data_source,
+            "prompt": [{"role": "user", "content": f"Question {i}: compute {answer}. Put the answer in \\boxed{{}}."}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": answer},
+            "extra_info": extra,
+        })
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_parquet(path)
+    return path
+
+
+def length_parity_scorer(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    """Stand-in scorer: correct when the response has an even number of characters."""
+    acc = len(solution_str) % 2 == 0
+    return {"score": 1.0 if acc else 0.0, "acc": acc, "pred": str(len(solution_str)), "reason": "parity"}
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A saved tiny random Qwen2 + tokenizer with a chat template."""
+    return build_tiny_model(tmp_path_factory.mktemp("tiny_qwen2"))
+
+
+@pytest.fixture()
+def math_parquet(tmp_path) -> Path:
+    """Six math problems of data_source 'toy_math', with difficulties."""
+    return write_math_parquet(tmp_path / "toy_math.parquet", "toy_math", ["2", "6", "9", "12", "1/2", "7"],
+                              ["easy", "easy", "medium", "medium", "hard", "hard"])
+
+
+@pytest.fixture()
+def fixtures_dir() -> Path:
+    """tests/fixtures/evaluation."""
+    return FIXTURES
