@@ -1,0 +1,118 @@
+"""Overlap check between training problems and evaluation problems.
+
+Evaluation problems are read from prepared parquet files (``extra_info.problem``); a
+training problem matches when its statement is identical after trimming (``exact``) or
+after :func:`data_prep.problem_text.normalised_text` (``normalised``). The preparation CLIs
+report matches and drop them with ``--drop-contaminated``; ``python -m data_prep.contamination``
+reports the overlap between already prepared files::
+
+    python -m data_prep.contamination ~/data/dfpo/math_train.parquet \\
+        --against ~/data/dfpo/aime24.parquet ~/data/dfpo/aime25.parquet ~/data/dfpo/hmmt25.parquet
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from data_prep.errors import DataPrepError
+from data_prep.problem_text import exact_key, normalised_key
+
+
+@dataclass(frozen=True)
+class ContaminationMatch:
+    """A training problem equal to an evaluation problem: how (``exact``/``normalised``) and which."""
+
+    kind: str
+    evaluation_problem: str  # "<file> <data_source> <source_id>"
+
+
+@dataclass
+class EvaluationIndex:
+    """Exact and normalised keys of every evaluation problem, with a label for reports."""
+
+    exact: dict[str, str] = field(default_factory=dict)
+    normalised: dict[str, str] = field(default_factory=dict)
+
+    def add(self, problem: str, label: str) -> None:
+        self.exact.setdefault(exact_key(problem), label)
+        self.normalised.setdefault(normalised_key(problem), label)
+
+    def match(self, problem: str) -> ContaminationMatch | None:
+        """The evaluation problem ``problem`` duplicates, if any (exact match preferred)."""
+        label = self.exact.get(exact_key(problem))
+        if label is not None:
+            return ContaminationMatch("exact", label)
+        label = self.normalised.get(normalised_key(problem))
+        if label is not None:
+            return ContaminationMatch("normalised", label)
+        return None
+
+    def __len__(self) -> int:
+        return len(self.exact)
+
+
+def read_prepared_problems(path: Path) -> list[tuple[str, str, str]]:
+    """``(data_source, source_id, problem)`` of every row of a file written by data_prep."""
+    import pyarrow.parquet as pq
+
+    if not path.is_file():
+        raise DataPrepError(f"{path}: evaluation file does not exist (prepare it first with python -m data_prep.math/code)")
+    table = pq.read_table(path, columns=["data_source", "extra_info"])
+    rows = []
+    for position, (source, extra_info) in enumerate(zip(table["data_source"].to_pylist(), table["extra_info"].to_pylist())):
+        if not isinstance(extra_info, dict) or not isinstance(extra_info.get("problem"), str):
+            raise DataPrepError(
+                f"{path} row {position}: extra_info.problem is missing; the contamination check reads files written by "
+                "python -m data_prep.math / data_prep.code"
+            )
+        rows.append((source, str(extra_info.get("source_id", position)), extra_info["problem"]))
+    return rows
+
+
+def load_evaluation_index(paths: list[Path]) -> EvaluationIndex:
+    """Index the problems of the given prepared evaluation files."""
+    index = EvaluationIndex()
+    for path in paths:
+        for source, source_id, problem in read_prepared_problems(path):
+            index.add(problem, f"{path.name} {source} {source_id}")
+    return index
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m data_prep.contamination",
+        description="Report training problems that also appear in evaluation files (exact or normalised text).",
+    )
+    parser.add_argument("train", type=Path, help="prepared training parquet")
+    parser.add_argument("--against", type=Path, nargs="+", required=True, help="prepared evaluation parquet files")
+    parser.add_argument("--show", type=int, default=20, help="print at most this many matches (default 20)")
+    args = parser.parse_args(argv)
+    try:
+        index = load_evaluation_index(args.against)
+        counts: Counter = Counter()
+        shown = 0
+        train_rows = read_prepared_problems(args.train)
+        for source, source_id, problem in train_rows:
+            found = index.match(problem)
+            if found is None:
+                continue
+            counts[found.kind] += 1
+            if shown < args.show:
+                print(f"{found.kind:>10}  {args.train.name} {source} {source_id}  ==  {found.evaluation_problem}")
+                shown += 1
+    except DataPrepError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"{len(train_rows)} training problems checked against {len(index)} evaluation problems: "
+        f"{counts['exact']} exact and {counts['normalised']} normalised-text matches"
+    )
+    return 1 if counts else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""The run loop shared by the math and code CLIs.
+
+For every input row: convert it (a source adapter builds the verl row or says why the row is
+dropped), drop repeats (dedup), check it against evaluation problems (contamination),
+validate it and write it. Every row read ends up written or counted under a drop reason;
+a malformed row stops the run with its file and row unless ``skip_bad_rows`` is set.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from data_prep.contamination import EvaluationIndex
+from data_prep.dedup import Deduplicator
+from data_prep.errors import DataPrepError, MalformedRowError, RowError
+from data_prep.parquet_output import ValidatedParquetWriter
+from data_prep.readers import InputSpec, RawRecord, RecordStream
+from data_prep.summary import RunSummary, with_progress
+
+# How many contamination matches and skipped bad rows are listed one by one.
+LISTED_DETAILS = 10
+
+
+@dataclass(frozen=True)
+class PreparedRow:
+    """A converted row (``extra_info`` still without ``index``) and its comparison text."""
+
+    row: dict[str, Any]
+    problem: str  # statement used for dedup and the contamination check
+    answer: str  # reference answer (math) or ground truth (code): duplicates that disagree are reported
+    notes: dict[str, int] = field(default_factory=dict)  # changes made to the row, for the summary
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """A row left out on purpose (a filter), with the reason counted in the summary."""
+
+    reason: str
+
+
+Converter = Callable[[InputSpec, RawRecord, int], "PreparedRow | Dropped"]
+
+
+@dataclass
+class PipelineOptions:
+    """Run-wide choices of the CLIs."""
+
+    output: Path
+    dedup: bool = True
+    evaluation_index: EvaluationIndex | None = None
+    drop_contaminated: bool = False
+    skip_bad_rows: bool = False
+    progress: bool | None = None
+
+
+@dataclass
+class PipelineResult:
+    summary: RunSummary
+    details: list[str]
+
+
+def run_pipeline(
+    inputs: list[InputSpec],
+    open_input: Callable[[InputSpec], RecordStream],
+    convert: Converter,
+    options: PipelineOptions,
+) -> PipelineResult:
+    """Convert, filter, dedup, check and write every row of ``inputs`` to ``options.output``."""
+    summary = RunSummary(output=str(options.output))
+    details: list[str] = []
+    dedup = Deduplicator() if options.dedup else None
+    writer = ValidatedParquetWriter(options.output)
+    try:
+        for spec in inputs:
+            stream = open_input(spec)
+            summary.rows_read[spec.location] += 0
+            for ordinal, record in enumerate(with_progress(stream.records, stream.total, spec.source, options.progress)):
+                summary.rows_read[spec.location] += 1
+                _process(spec, record, ordinal, convert, options, dedup, writer, summary, details)
+        if writer.rows_accepted == 0:
+            raise DataPrepError(f"no rows left to write to {options.output}:\n{summary.format()}")
+        writer.commit()
+    except BaseException:
+        writer.abort()
+        raise
+    summary.rows_written = writer.rows_written
+    if not summary.is_balanced():  # a bug in this module, never an input problem
+        raise AssertionError(f"row accounting is off: {summary.as_dict()}")
+    return PipelineResult(summary, details)
+
+
+def _process(
+    spec: InputSpec,
+    record: RawRecord,
+    ordinal: int,
+    convert: Converter,
+    options: PipelineOptions,
+    dedup: Deduplicator | None,
+    writer: ValidatedParquetWriter,
+    summary: RunSummary,
+    details: list[str],
+) -> None:
+    try:
+        if record.error is not None:
+            raise RowError(*record.error)
+        outcome = convert(spec, record, ordinal)
+    except RowError as exc:
+        if not options.skip_bad_rows:
+            raise MalformedRowError(record.location, exc.reason, exc.detail) from None
+        summary.drop(f"malformed: {exc.reason}", record.location)
+        if summary.dropped[f"malformed: {exc.reason}"] <= LISTED_DETAILS:
+            details.append(f"skipped {record.location}: {exc.detail}")
+        return
+    if isinstance(outcome, Dropped):
+        summary.drop(outcome.reason, record.location)
+        return
+    if dedup is not None:
+        found = dedup.check(outcome.problem, outcome.answer, record.location)
+        if found.is_duplicate:
+            summary.drop("duplicate problem", record.location)
+            if found.answer_differs:
+                summary.note("duplicates whose answer differs from the kept copy (kept the first)")
+                details.append(f"{record.location}: same problem as {found.first_location} with a different answer")
+            return
+    if options.evaluation_index is not None:
+        match = options.evaluation_index.match(outcome.problem)
+        if match is not None:
+            if len(details) < 4 * LISTED_DETAILS:
+                details.append(f"{record.location}: {match.kind} match with evaluation problem {match.evaluation_problem}")
+            if options.drop_contaminated:
+                summary.drop(f"contaminated ({match.kind} match with an evaluation problem)", record.location)
+                return
+            summary.note(f"kept rows matching an evaluation problem ({match.kind}); --drop-contaminated drops them")
+    for what, count in outcome.notes.items():
+        summary.note(what, count)
+    row = outcome.row
+    row["extra_info"] = {**row["extra_info"], "index": writer.rows_accepted}
+    writer.add(row, record.location)
+
+
+def report(result: PipelineResult, summary_json: str | None) -> None:
+    """Print the details and the summary (stdout) and optionally save the summary as JSON."""
+    for line in result.details:
+        print(line)
+    print(result.summary.format())
+    if summary_json:
+        result.summary.write_json(summary_json)
+    sys.stdout.flush()
