@@ -1,0 +1,566 @@
+"""Run untrusted programs with the strongest isolation this machine offers.
+
+Isolation levels, strongest first (:func:`isolation` picks the first that works here and
+reports it; ``python -m reward.sandbox --check`` prints the report):
+
+``bwrap``
+    bubblewrap: new user, PID, network, IPC, UTS and mount namespaces; the root file
+    system is an empty tmpfs with read-only ``/usr`` (and the interpreter's prefix), a
+    private ``/tmp`` and only the run's working directory writable; ``--die-with-parent``
+    and a PID namespace, so nothing survives the run (``setsid()`` + ``fork`` included).
+``unshare``
+    util-linux ``unshare`` (needs root, or unprivileged user namespaces): new PID, network,
+    IPC, UTS and mount namespaces, ``--kill-child``, private tmpfs over every world-writable
+    directory, and the host file system otherwise as the unprivileged uid sees it.
+``rlimits``
+    no namespaces: own session and process group, resource limits, the dedicated uid when
+    root (whose leftover processes are killed after each run).  **No network isolation**
+    and world-writable directories stay writable: use only when nothing else works.
+
+Every level: a fresh working directory (removed afterwards), a scrubbed environment,
+``prlimit`` resource limits (address space, CPU seconds, file size, open files, no core
+dumps; and processes when a dedicated uid is used), stdout/stderr capped by the parent,
+and a wall-clock limit enforced by the parent, which kills the whole run.
+
+When running as root, each concurrent run gets its own unprivileged uid and gid from
+``REWARD_SANDBOX_UID_BASE`` (default 1999900000) onwards, so ``RLIMIT_NPROC`` is enforced
+per run and a run cannot signal or read anything of another.  ``REWARD_SANDBOX_ISOLATION``
+forces a level (an error if it does not work here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import pwd
+import queue
+import selectors
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+LEVELS: tuple[str, ...] = ("bwrap", "unshare", "rlimits")
+DEFAULT_UID_BASE = 1_999_900_000
+MAX_CONCURRENT_RUNS = 64
+SANDBOX_DIR = "/sandbox"
+"""Where the working directory appears inside a ``bwrap`` sandbox."""
+
+_WORLD_WRITABLE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/var/lock")
+
+
+class SandboxUnavailable(RuntimeError):
+    """No isolation level works on this machine (or the forced one does not)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one run.
+
+    Attributes:
+        wall_s: wall-clock limit of the whole run, enforced by the parent.
+        cpu_s: CPU seconds per process (``RLIMIT_CPU``).
+        memory_bytes: address space per process (``RLIMIT_AS``).
+        file_size_bytes: largest file a process may write (``RLIMIT_FSIZE``).
+        open_files: ``RLIMIT_NOFILE``.
+        processes: ``RLIMIT_NPROC`` (only applied with a dedicated uid).
+        output_bytes: stdout bytes kept; the run is killed when it prints more.
+    """
+
+    wall_s: float = 10.0
+    cpu_s: int = 10
+    memory_bytes: int = 2 << 30
+    file_size_bytes: int = 16 << 20
+    open_files: int = 256
+    processes: int = 64
+    output_bytes: int = 64 << 20
+
+    def __post_init__(self) -> None:
+        for name in ("wall_s", "cpu_s", "memory_bytes", "file_size_bytes", "open_files", "processes", "output_bytes"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"sandbox limit {name} must be positive, got {getattr(self, name)}")
+
+
+@dataclass
+class RunResult:
+    """What one sandboxed run did.
+
+    ``returncode`` is the exit status of the launcher (negative: killed by that signal).
+    ``timed_out``: the parent killed the run at ``wall_s``; ``output_truncated``: the
+    parent killed it for exceeding ``output_bytes``; ``stopped_early``: the line callback
+    asked to stop.
+    """
+
+    returncode: int | None
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool = False
+    output_truncated: bool = False
+    stopped_early: bool = False
+    wall_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class IsolationReport:
+    """Which isolation runs use here, as detected by actually running a probe."""
+
+    level: str
+    interpreter: str
+    dedicated_uids: bool
+    weaknesses: tuple[str, ...] = ()
+    rejected: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+
+    def describe(self) -> str:
+        lines = [
+            f"isolation level: {self.level}",
+            f"python interpreter inside the sandbox: {self.interpreter}",
+            "processes run as: "
+            + (
+                f"a dedicated unprivileged uid per concurrent run (from {_uid_base()})"
+                if self.dedicated_uids
+                else f"the current user (uid {os.getuid()}); RLIMIT_NPROC not applied"
+            ),
+        ]
+        lines += [f"weakness: {w}" for w in self.weaknesses]
+        lines += [f"not available: {level}: {why}" for level, why in self.rejected]
+        return "\n".join(lines)
+
+
+def _uid_base() -> int:
+    raw = os.environ.get("REWARD_SANDBOX_UID_BASE", str(DEFAULT_UID_BASE))
+    try:
+        return int(raw)
+    except ValueError as error:
+        raise SandboxUnavailable(f"REWARD_SANDBOX_UID_BASE={raw!r} is not an integer uid") from error
+
+
+def _find_interpreter() -> str:
+    """A Python the unprivileged sandbox user can run: the system one if present."""
+    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return os.path.realpath(sys.executable)
+
+
+class _UidSlots:
+    """Hands out dedicated uids, one per concurrent run (root only)."""
+
+    def __init__(self, base: int, count: int) -> None:
+        for uid in (base, base + count - 1):
+            try:
+                name = pwd.getpwuid(uid).pw_name
+            except KeyError:
+                continue
+            raise SandboxUnavailable(
+                f"uid {uid} (user {name!r}) lies in the sandbox uid range {base}..{base + count - 1}; "
+                "set REWARD_SANDBOX_UID_BASE to a range no account uses"
+            )
+        self._free: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for uid in range(base, base + count):
+            self._free.put(uid)
+
+    def acquire(self) -> int:
+        return self._free.get()
+
+    def release(self, uid: int) -> None:
+        self._free.put(uid)
+
+
+class Sandbox:
+    """Runs commands at one isolation level; thread-safe, at most 64 runs at a time."""
+
+    def __init__(self, level: str, interpreter: str | None = None) -> None:
+        if level not in LEVELS:
+            raise ValueError(f"unknown isolation level {level!r}; choose one of {LEVELS}")
+        self.level = level
+        self.interpreter = interpreter or _find_interpreter()
+        self.is_root = os.geteuid() == 0
+        self._slots = _UidSlots(_uid_base(), MAX_CONCURRENT_RUNS) if self.is_root else None
+        self._concurrency = threading.BoundedSemaphore(MAX_CONCURRENT_RUNS)
+        self._prlimit = shutil.which("prlimit") or "/usr/bin/prlimit"
+        if not os.access(self._prlimit, os.X_OK):
+            raise SandboxUnavailable("prlimit (util-linux) is missing; run scripts/install_system_deps.sh")
+
+    # ----------------------------------------------------------------- launching
+    def _limits_prefix(self, limits: Limits) -> list[str]:
+        prefix = [
+            self._prlimit,
+            f"--as={limits.memory_bytes}",
+            f"--cpu={limits.cpu_s}",
+            f"--fsize={limits.file_size_bytes}",
+            f"--nofile={limits.open_files}",
+            "--core=0",
+        ]
+        if self._slots is not None:
+            prefix.append(f"--nproc={limits.processes}")
+        return prefix + ["--"]
+
+    def _bwrap_prefix(self, workdir: str) -> list[str]:
+        args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+        args += ["--tmpfs", "/", "--ro-bind", "/usr", "/usr"]
+        for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+            if os.path.islink(top):
+                args += ["--symlink", os.readlink(top), top]
+            elif os.path.isdir(top):
+                args += ["--ro-bind", top, top]
+        for path in ("/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives"):
+            if os.path.exists(path):
+                args += ["--ro-bind", path, path]
+        prefix = os.path.dirname(os.path.dirname(os.path.realpath(self.interpreter)))
+        if not prefix.startswith("/usr") and prefix != "/":
+            args += ["--ro-bind", prefix, prefix]
+        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/var/tmp"]
+        args += ["--bind", workdir, SANDBOX_DIR, "--chdir", SANDBOX_DIR, "--hostname", "sandbox", "--"]
+        return args
+
+    def _unshare_prefix(self, uid: int | None) -> list[str]:
+        mounts = " ".join(
+            f"mount -t tmpfs -o size=64m,mode=1777 tmpfs {d} || exit 97;" for d in _WORLD_WRITABLE_DIRS
+            if os.path.isdir(d) and not os.path.islink(d)
+        )
+        namespaces = ["--mount", "--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child", "--mount-proc"]
+        if uid is not None:  # root: drop to the dedicated uid after mounting
+            drop = (
+                f"exec setpriv --reuid={uid} --regid={uid} --clear-groups --no-new-privs "
+                '--inh-caps=-all --bounding-set=-all -- "$@"'
+            )
+            return ["unshare", *namespaces, "--", "/bin/sh", "-c", f"{mounts} {drop}", "sandbox"]
+        return ["unshare", "--user", "--map-root-user", *namespaces, "--", "/bin/sh", "-c", f'{mounts} exec "$@"', "sandbox"]
+
+    def _command(self, argv: list[str], limits: Limits, workdir: str, uid: int | None) -> tuple[list[str], dict]:
+        popen: dict = {"start_new_session": True, "close_fds": True, "cwd": workdir}
+        inner = self._limits_prefix(limits) + argv
+        if self.level == "bwrap":
+            if uid is not None:
+                popen.update(user=uid, group=uid, extra_groups=[])
+            return self._bwrap_prefix(workdir) + inner, popen
+        if self.level == "unshare":
+            return self._unshare_prefix(uid) + inner, popen
+        if uid is not None:
+            popen.update(user=uid, group=uid, extra_groups=[])
+        return inner, popen
+
+    def workdir_inside(self, workdir: str) -> str:
+        """The path of the working directory as the sandboxed program sees it."""
+        return SANDBOX_DIR if self.level == "bwrap" else workdir
+
+    # ----------------------------------------------------------------- running
+    def run(
+        self,
+        argv: list[str],
+        *,
+        files: dict[str, bytes] | None = None,
+        limits: Limits = Limits(),
+        stdin: bytes | None = None,
+        on_line: Callable[[bytes], bool] | None = None,
+    ) -> RunResult:
+        """Run ``argv`` (first element ``"python"`` means the sandbox interpreter) in a fresh directory.
+
+        Args:
+            argv: the command, as seen inside the sandbox; its working directory holds ``files``.
+            files: relative path -> content, written (read-only) before the run.
+            limits: resource limits.
+            stdin: bytes fed on standard input (from a file, so no pipe deadlock).
+            on_line: called with each complete stdout line while the run goes on; returning
+                ``False`` stops the run (``stopped_early``).
+        """
+        argv = [self.interpreter if argv and argv[0] == "python" else argv[0], *argv[1:]] if argv else argv
+        if not argv:
+            raise ValueError("empty command")
+        with self._concurrency:
+            uid = self._slots.acquire() if self._slots is not None else None
+            workdir = tempfile.mkdtemp(prefix="reward-sandbox-")
+            try:
+                self._prepare_workdir(workdir, files or {}, stdin, uid)
+                command, popen = self._command(argv, limits, workdir, uid)
+                stdin_handle = open(os.path.join(workdir, ".stdin"), "rb") if stdin is not None else subprocess.DEVNULL
+                try:
+                    started = time.monotonic()
+                    process = subprocess.Popen(
+                        command,
+                        stdin=stdin_handle,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE,
+                        env=_scrubbed_env(self.workdir_inside(workdir)),
+                        **popen,
+                    )
+                finally:
+                    if stdin is not None:
+                        stdin_handle.close()
+                try:
+                    result = _collect(process, started + limits.wall_s, limits.output_bytes, on_line)
+                finally:
+                    _kill_group(process)
+                    process.wait()
+                    if self.level == "rlimits" and uid is not None:
+                        _kill_uid(uid)
+                result.returncode = process.returncode
+                result.wall_s = time.monotonic() - started
+                return result
+            finally:
+                _remove_tree(workdir)
+                if uid is not None and self._slots is not None:
+                    if self.level == "rlimits":
+                        _kill_uid(uid)
+                    self._slots.release(uid)
+
+    @staticmethod
+    def _prepare_workdir(workdir: str, files: dict[str, bytes], stdin: bytes | None, uid: int | None) -> None:
+        os.chmod(workdir, 0o700)
+        for relative, content in files.items():
+            path = Path(workdir, relative)
+            if path.resolve().parent != Path(workdir).resolve() and Path(workdir).resolve() not in path.resolve().parents:
+                raise ValueError(f"sandbox file {relative!r} escapes the working directory")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content)
+            os.chmod(path, 0o444)
+        if stdin is not None:
+            stdin_path = Path(workdir, ".stdin")
+            stdin_path.write_bytes(stdin)
+            os.chmod(stdin_path, 0o400)
+        if uid is not None:
+            os.chown(workdir, uid, uid)
+            for root, dirs, _ in os.walk(workdir):
+                for name in dirs:
+                    os.chown(os.path.join(root, name), uid, uid)
+
+
+def _scrubbed_env(home: str) -> dict[str, str]:
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
+
+
+def _collect(
+    process: subprocess.Popen, deadline: float, output_cap: int, on_line: Callable[[bytes], bool] | None
+) -> RunResult:
+    """Read stdout and stderr until the process ends, the deadline passes or output overflows."""
+    assert process.stdout is not None and process.stderr is not None
+    out, err = bytearray(), bytearray()
+    result = RunResult(returncode=None, stdout=b"", stderr=b"")
+    selector = selectors.DefaultSelector()
+    selector.register(process.stdout, selectors.EVENT_READ, "out")
+    selector.register(process.stderr, selectors.EVENT_READ, "err")
+    exit_fd = os.pidfd_open(process.pid) if hasattr(os, "pidfd_open") else None
+    if exit_fd is not None:
+        selector.register(exit_fd, selectors.EVENT_READ, "exit")
+    line_start = 0
+    exited_at: float | None = None
+    open_pipes = 2
+    try:
+        while open_pipes:
+            now = time.monotonic()
+            if now >= deadline:
+                result.timed_out = True
+                break
+            if exited_at is not None and now - exited_at > 0.5:
+                break  # the launcher is gone; a leftover holding the pipe is not waited for
+            wait = deadline - now if exited_at is None else min(deadline - now, 0.05)
+            events = selector.select(timeout=min(wait, 0.25) if exit_fd is None else wait)
+            if exit_fd is None and exited_at is None and process.poll() is not None:
+                exited_at = time.monotonic()
+            for key, _ in events:
+                if key.data == "exit":
+                    selector.unregister(exit_fd)
+                    exited_at = time.monotonic()
+                    continue
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                    open_pipes -= 1
+                    continue
+                if key.data == "err":
+                    if len(err) < 65536:
+                        err += chunk[: 65536 - len(err)]
+                    continue
+                out += chunk
+                if len(out) > output_cap:
+                    del out[output_cap:]
+                    result.output_truncated = True
+                    open_pipes = 0
+                    break
+                if on_line is not None:
+                    while True:
+                        newline = out.find(b"\n", line_start)
+                        if newline < 0:
+                            break
+                        keep_going = on_line(bytes(out[line_start:newline]))
+                        line_start = newline + 1
+                        if not keep_going:
+                            result.stopped_early = True
+                            open_pipes = 0
+                            break
+                if result.stopped_early:
+                    break
+    finally:
+        selector.close()
+        if exit_fd is not None:
+            os.close(exit_fd)
+    result.stdout, result.stderr = bytes(out), bytes(err)
+    return result
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for pipe in (process.stdout, process.stderr):
+        if pipe is not None:
+            pipe.close()
+
+
+def processes_of_uid(uid: int) -> list[int]:
+    """Process ids whose real uid is ``uid`` (from /proc)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status", "rb") as status:
+                for line in status:
+                    if line.startswith(b"Uid:"):
+                        if int(line.split()[1]) == uid:
+                            pids.append(int(entry))
+                        break
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    return pids
+
+
+def _kill_uid(uid: int) -> None:
+    """SIGKILL every process of ``uid`` until none is left (closes setsid() escapes)."""
+    for _ in range(100):
+        pids = processes_of_uid(uid)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.005)
+
+
+def _remove_tree(path: str) -> None:
+    def make_writable_and_retry(function, failed_path, _excinfo):
+        try:
+            os.chmod(os.path.dirname(failed_path), stat.S_IRWXU)
+            os.chmod(failed_path, stat.S_IRWXU)
+        except OSError:
+            pass
+        try:
+            function(failed_path)
+        except FileNotFoundError:
+            pass
+
+    shutil.rmtree(path, onerror=make_writable_and_retry)
+
+
+# --------------------------------------------------------------------- detection
+_PROBE = "import os, socket\nprint('sandbox-ok', os.getuid(), os.getpid())"
+
+
+def _probe(level: str) -> tuple[Sandbox | None, str]:
+    try:
+        sandbox = Sandbox(level)
+    except SandboxUnavailable as error:
+        return None, str(error)
+    needed = {"bwrap": "bwrap", "unshare": "unshare"}.get(level)
+    if needed and shutil.which(needed) is None:
+        return None, f"{needed} is not installed (scripts/install_system_deps.sh installs it)"
+    if level == "unshare" and sandbox.is_root and shutil.which("setpriv") is None:
+        return None, "setpriv is not installed"
+    try:
+        result = sandbox.run(["python", "-I", "-c", _PROBE], limits=Limits(wall_s=20.0, cpu_s=20))
+    except OSError as error:
+        return None, f"{type(error).__name__}: {error}"
+    if result.returncode != 0 or not result.stdout.startswith(b"sandbox-ok"):
+        why = (result.stderr or result.stdout).decode(errors="replace").strip().splitlines()
+        return None, f"probe exited with {result.returncode}: {why[-1] if why else 'no output'}"
+    return sandbox, ""
+
+
+_selected: Sandbox | None = None
+_report: IsolationReport | None = None
+_select_lock = threading.Lock()
+
+_WEAKNESSES = {
+    "bwrap": (),
+    "unshare": ("the host file system is visible read-only to the sandbox user (minus world-writable directories)",),
+    "rlimits": (
+        "no network isolation (no namespaces available)",
+        "world-writable directories (/tmp, /dev/shm...) are writable by the sandboxed program",
+        "no PID namespace: the program can see other processes",
+    ),
+}
+
+
+def isolation() -> IsolationReport:
+    """Detect (once per process) and report the isolation runs use."""
+    default_sandbox()
+    assert _report is not None
+    return _report
+
+
+def default_sandbox() -> Sandbox:
+    """The process-wide sandbox at the strongest working level (detected on first use).
+
+    Raises:
+        SandboxUnavailable: when no level works, or ``REWARD_SANDBOX_ISOLATION`` names one that does not.
+    """
+    global _selected, _report
+    with _select_lock:
+        if _selected is not None:
+            return _selected
+        forced = os.environ.get("REWARD_SANDBOX_ISOLATION", "").strip()
+        if forced and forced not in LEVELS:
+            raise SandboxUnavailable(f"REWARD_SANDBOX_ISOLATION={forced!r}; choose one of {LEVELS}")
+        rejected: list[tuple[str, str]] = []
+        for level in (forced,) if forced else LEVELS:
+            sandbox, why = _probe(level)
+            if sandbox is None:
+                rejected.append((level, why))
+                continue
+            weaknesses = list(_WEAKNESSES[level])
+            if not sandbox.is_root:
+                weaknesses.append("not root: no dedicated uid, so RLIMIT_NPROC is not applied")
+                if level == "rlimits":
+                    weaknesses.append("not root: the program runs as your user and can signal your processes")
+            _selected = sandbox
+            _report = IsolationReport(
+                level=level,
+                interpreter=sandbox.interpreter,
+                dedicated_uids=sandbox.is_root,
+                weaknesses=tuple(weaknesses),
+                rejected=tuple(rejected),
+            )
+            return sandbox
+        details = "; ".join(f"{level}: {why}" for level, why in rejected)
+        raise SandboxUnavailable(f"no sandbox isolation level works on this machine ({details})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Report the sandbox isolation used for code rewards.")
+    parser.add_argument("--check", action="store_true", help="detect the isolation level and print it")
+    args = parser.parse_args(argv)
+    if not args.check:
+        parser.print_help()
+        return 2
+    try:
+        report = isolation()
+    except SandboxUnavailable as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(report.describe())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
