@@ -1,0 +1,76 @@
+"""Reward options: the keyword arguments verl passes from ``reward.custom_reward_function.reward_kwargs``.
+
+Unknown keys are rejected with the list of valid ones (a typo must not silently fall back
+to a default).  The only other keys accepted are those verl itself adds to every call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from reward.code_tests import CODE_MODES
+from reward.outcome import check_score_mode
+
+CODE_BACKENDS: tuple[str, ...] = ("local", "sandbox_fusion")
+VERL_CALL_KWARGS: frozenset[str] = frozenset({"reward_router_address", "reward_model_tokenizer"})
+"""Keys verl 0.9.1's reward managers add on their own; accepted and ignored."""
+
+
+@dataclass(frozen=True)
+class RewardOptions:
+    """Every knob of the reward, with its default.
+
+    Attributes:
+        score_mode: ``binary`` (score 1 correct / 0 otherwise) or ``signed`` (+1 / -1, DAPO style).
+        code_mode: ``all_pass`` (1 only when every test passes) or ``fraction`` (pass rate).
+        math_timeout_s: hard wall-clock limit of one math-verify comparison.
+        math_workers: math-verify worker processes (default min(4, CPUs)); fixed at first use.
+        code_test_timeout_s: wall-clock limit per test (LiveCodeBench uses 6 s).
+        code_problem_budget_s: wall-clock limit for all tests of one problem.
+        code_memory_mb: address-space limit per sandboxed process.
+        code_output_mb: largest output one test may write.
+        code_backend: ``local`` (this machine's sandbox) or ``sandbox_fusion`` (HTTP server).
+        sandbox_fusion_url: base URL of the SandboxFusion server, e.g. ``http://host:8080``.
+        sandbox_fusion_concurrency: parallel requests per problem to SandboxFusion.
+    """
+
+    score_mode: str = "binary"
+    code_mode: str = "all_pass"
+    math_timeout_s: float = 10.0
+    math_workers: int | None = None
+    code_test_timeout_s: float = 6.0
+    code_problem_budget_s: float = 60.0
+    code_memory_mb: int = 2048
+    code_output_mb: int = 16
+    code_backend: str = "local"
+    sandbox_fusion_url: str | None = None
+    sandbox_fusion_concurrency: int = 4
+
+    def __post_init__(self) -> None:
+        check_score_mode(self.score_mode)
+        if self.code_mode not in CODE_MODES:
+            raise ValueError(f"code_mode={self.code_mode!r} is not supported; use one of {CODE_MODES}")
+        if self.code_backend not in CODE_BACKENDS:
+            raise ValueError(f"code_backend={self.code_backend!r} is not supported; use one of {CODE_BACKENDS}")
+        if self.code_backend == "sandbox_fusion" and not self.sandbox_fusion_url:
+            raise ValueError("code_backend='sandbox_fusion' needs sandbox_fusion_url (e.g. http://host:8080)")
+        for name in ("math_timeout_s", "code_test_timeout_s", "code_problem_budget_s", "code_memory_mb", "code_output_mb"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"reward option {name} must be a positive number, got {value!r}")
+        if self.math_workers is not None and (not isinstance(self.math_workers, int) or self.math_workers < 1):
+            raise ValueError(f"reward option math_workers must be a positive integer, got {self.math_workers!r}")
+        if not isinstance(self.sandbox_fusion_concurrency, int) or self.sandbox_fusion_concurrency < 1:
+            raise ValueError(f"sandbox_fusion_concurrency must be a positive integer, got {self.sandbox_fusion_concurrency!r}")
+
+    @classmethod
+    def from_kwargs(cls, kwargs: dict) -> "RewardOptions":
+        """Build from ``compute_score``'s extra keyword arguments."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(kwargs) - known - VERL_CALL_KWARGS)
+        if unknown:
+            raise ValueError(
+                f"unknown reward option(s) {unknown} in reward.custom_reward_function.reward_kwargs; "
+                f"valid options: {sorted(known)}"
+            )
+        return cls(**{key: value for key, value in kwargs.items() if key in known})

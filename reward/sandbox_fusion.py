@@ -1,0 +1,150 @@
+"""Optional backend: run code tests on a SandboxFusion server over HTTP.
+
+For users who run SandboxFusion (https://github.com/bytedance/SandboxFusion) at scale.
+Select it with ``code_backend=sandbox_fusion`` and ``sandbox_fusion_url=<the server's
+run_code endpoint>`` (for example ``http://host:8080/run_code``, the same URL verl's own
+``sandbox_fusion`` scorer takes).  Each test is one ``POST`` of ``{code, stdin, language:
+"python", compile_timeout, run_timeout, memory_limit_MB, files, fetch_files}``; the server
+answers ``{status, compile_result, run_result: {status, return_code, stdout, ...}}``.
+
+Outputs are compared here exactly as for the local sandbox (:mod:`reward.code_tests`).
+Functional tests append a small driver to the program that prints the JSON-serialised
+return value after a per-call random marker line, so the candidate's own prints cannot be
+mistaken for the result.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import requests
+
+from reward import outcome
+from reward.code_tests import (
+    CODE_MODES,
+    CodeLimits,
+    TestCase,
+    extract_program,
+    functional_output_matches,
+    parse_ground_truth,
+    stdin_output_matches,
+)
+
+HTTP_ATTEMPTS = 3
+HTTP_SLACK_S = 10.0
+
+_DRIVER = """
+
+def __reward_driver():
+    import json
+    args = [json.loads(line) for line in {input!r}.split("\\n") if line.strip()]
+    namespace = globals()
+    if "Solution" in namespace and hasattr(namespace["Solution"], {fn_name!r}):
+        function = getattr(namespace["Solution"](), {fn_name!r})
+    else:
+        function = namespace[{fn_name!r}]
+    result = json.dumps(function(*args))
+    print()
+    print({marker!r} + result)
+
+__reward_driver()
+"""
+
+
+def _functional_program(program: str, test: TestCase, fn_name: str, marker: str) -> str:
+    return program + _DRIVER.format(input=test.input, fn_name=fn_name, marker=marker)
+
+
+def _post(url: str, payload: dict, timeout_s: float) -> dict | None:
+    """POST with retries on connection errors and 5xx; ``None`` when the server never answered well."""
+    for attempt in range(HTTP_ATTEMPTS):
+        try:
+            response = requests.post(url, json=payload, timeout=timeout_s)
+        except requests.RequestException:
+            response = None
+        if response is not None and response.status_code < 500:
+            try:
+                return response.json() if response.ok else None
+            except ValueError:
+                return None
+        time.sleep(0.2 * 2**attempt)
+    return None
+
+
+def _run_test(url: str, program: str, test: TestCase, fn_name: str | None, limits: CodeLimits) -> tuple[bool, str]:
+    """(passed, failure reason) of one test on the server."""
+    marker = "@@reward-result-" + secrets.token_hex(8) + "@@"
+    functional = test.testtype == "functional"
+    code = _functional_program(program, test, fn_name or "", marker) if functional else program
+    payload = {
+        "code": code,
+        "stdin": "" if functional else test.input,
+        "language": "python",
+        "compile_timeout": limits.test_timeout_s,
+        "run_timeout": limits.test_timeout_s,
+        "memory_limit_MB": int(limits.memory_mb),
+        "files": {},
+        "fetch_files": [],
+    }
+    reply = _post(url, payload, 2 * limits.test_timeout_s + HTTP_SLACK_S)
+    if reply is None or not isinstance(reply, dict) or reply.get("status") == "SandboxError":
+        return False, outcome.SANDBOX_ERROR
+    compile_result = reply.get("compile_result") or {}
+    if compile_result.get("status") == "TimeLimitExceeded":
+        return False, outcome.TIMEOUT
+    run = reply.get("run_result") or {}
+    if run.get("status") == "TimeLimitExceeded":
+        return False, outcome.TIMEOUT
+    if run.get("status") != "Finished" or run.get("return_code") != 0:
+        return False, outcome.RUNTIME_ERROR
+    stdout = run.get("stdout") or ""
+    if functional:
+        results = [line[len(marker) :] for line in stdout.split("\n") if line.startswith(marker)]
+        if not results:
+            return False, outcome.RUNTIME_ERROR
+        return (True, "") if functional_output_matches(results[-1], test.output) else (False, outcome.WRONG_ANSWER)
+    return (True, "") if stdin_output_matches(stdout, test.output) else (False, outcome.WRONG_ANSWER)
+
+
+def score_code_remote(
+    response: str,
+    ground_truth: str | dict,
+    *,
+    url: str,
+    mode: str = "all_pass",
+    limits: CodeLimits = CodeLimits(),
+    concurrency: int = 4,
+) -> outcome.Verdict:
+    """Like :func:`reward.code_tests.score_code`, executing on a SandboxFusion server.
+
+    ``all_pass`` runs the tests in batches of ``concurrency`` and stops after the first
+    batch with a failure; ``fraction`` runs them all.  The problem budget bounds the total.
+    """
+    if mode not in CODE_MODES:
+        raise ValueError(f"code_mode={mode!r} is not supported; use one of {CODE_MODES}")
+    problem = parse_ground_truth(ground_truth)
+    program = extract_program(response)
+    if program is None:
+        return outcome.all_or_nothing(outcome.NO_ANSWER, None)
+    started = time.monotonic()
+    results: list[tuple[bool, str]] = []
+    with ThreadPoolExecutor(max_workers=concurrency) as executor:
+        for first in range(0, len(problem.tests), concurrency):
+            if time.monotonic() - started > limits.problem_budget_s:
+                break
+            batch = problem.tests[first : first + concurrency]
+            results += executor.map(lambda test: _run_test(url, program, test, problem.fn_name, limits), batch)
+            if mode == "all_pass" and not all(ok for ok, _ in results):
+                break
+    n = len(problem.tests)
+    passed = sum(ok for ok, _ in results)
+    failures = [reason for ok, reason in results if not ok]
+    if len(results) < n and not failures:
+        failures.append(outcome.TIMEOUT)  # the problem budget ran out
+    reason = outcome.CORRECT if passed == n else failures[0]
+    fraction = passed / n
+    credit = fraction if mode == "fraction" else (1.0 if passed == n else 0.0)
+    return outcome.Verdict(reason, program, fraction, credit)

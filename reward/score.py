@@ -1,0 +1,84 @@
+"""The verl reward entry point: ``compute_score`` and ``compute_score_async``.
+
+Select it in verl 0.9.1 with::
+
+    reward.custom_reward_function.path=<repo>/reward/score.py
+    reward.custom_reward_function.name=compute_score        # or compute_score_async
+    +reward.custom_reward_function.reward_kwargs.score_mode=signed   # optional, see RewardOptions
+
+It dispatches on ``data_source`` (:mod:`reward.sources`): math sources go to
+:mod:`reward.math_scoring`, code sources to :mod:`reward.code_tests` (local sandbox) or
+:mod:`reward.sandbox_fusion`.  It is safe to call from any thread (verl's naive and dapo
+managers use ``run_in_executor``), from asyncio through ``compute_score_async``, and in
+the processes of verl's ``remote`` manager: nothing here relies on ``signal.alarm``, and
+every bound is enforced from outside the work it limits.
+
+Returns a dict with the same keys for every source: ``score`` (float), ``acc`` (1.0 when
+fully correct, else 0.0), ``pred`` (extracted answer or program, or None), ``reason``
+(see :data:`reward.outcome.REASONS`) and ``pass_fraction``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):
+    # Loaded by file path (verl's custom_reward_function.path): make the package importable.
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from reward import outcome  # noqa: E402
+from reward.code_tests import CodeLimits, score_code  # noqa: E402
+from reward.math_scoring import score_math  # noqa: E402
+from reward.options import RewardOptions  # noqa: E402
+from reward.sources import source_kind  # noqa: E402
+
+
+def compute_score(data_source: str, solution_str: str, ground_truth, extra_info: dict | None = None, **kwargs) -> dict:
+    """Score one response; see the module docstring for the returned keys.
+
+    Args:
+        data_source: one of :data:`reward.sources.KNOWN_SOURCES` (ValueError otherwise).
+        solution_str: the decoded model response.
+        ground_truth: the answer string (math) or the JSON test specification (code).
+        extra_info: verl's per-row extra info; unused.
+        **kwargs: :class:`reward.options.RewardOptions` fields (from ``reward_kwargs``).
+    """
+    options = RewardOptions.from_kwargs(kwargs)
+    kind = source_kind(data_source)
+    if not isinstance(solution_str, str):
+        raise ValueError(f"solution_str must be the decoded response string, got {type(solution_str).__name__}")
+    if kind == "math":
+        verdict = score_math(solution_str, ground_truth, timeout_s=options.math_timeout_s, workers=options.math_workers)
+    else:
+        limits = CodeLimits(
+            test_timeout_s=options.code_test_timeout_s,
+            problem_budget_s=options.code_problem_budget_s,
+            memory_mb=options.code_memory_mb,
+            output_mb=options.code_output_mb,
+        )
+        if options.code_backend == "local":
+            verdict = score_code(solution_str, ground_truth, mode=options.code_mode, limits=limits)
+        else:
+            from reward.sandbox_fusion import score_code_remote
+
+            verdict = score_code_remote(
+                solution_str,
+                ground_truth,
+                url=options.sandbox_fusion_url,
+                mode=options.code_mode,
+                limits=limits,
+                concurrency=options.sandbox_fusion_concurrency,
+            )
+    return outcome.to_reward_dict(verdict, options.score_mode)
+
+
+async def compute_score_async(
+    data_source: str, solution_str: str, ground_truth, extra_info: dict | None = None, **kwargs
+) -> dict:
+    """``compute_score`` for asyncio callers: the blocking work runs in the loop's executor."""
+    loop = asyncio.get_running_loop()
+    call = functools.partial(compute_score, data_source, solution_str, ground_truth, extra_info, **kwargs)
+    return await loop.run_in_executor(None, call)
