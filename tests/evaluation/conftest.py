@@ -89,3 +89,31 @@ def math_parquet(tmp_path) -> Path:
 def fixtures_dir() -> Path:
     """tests/fixtures/evaluation."""
     return FIXTURES
+
+
+def write_synthetic_run(run_dir: Path, per_source_p: dict[str, list[float]], k: int, seed: int) -> Path:
+    """A finished run directory in generate's format whose problem p of each data_source is solved
+    with probability per_source_p[source][p] (samples drawn with numpy from ``seed``)."""
+    import numpy as np
+
+    from dfpo.evaluation.run_store import RunStore
+    from dfpo.evaluation.summary import summarize
+
+    rng = np.random.default_rng(seed)
+    n_problems = sum(len(v) for v in per_source_p.values())
+    manifest = {"model": f"synthetic-{seed}", "data": [], "backend": {"name": "synthetic"}, "sampling": {},
+                "k": k, "seed": seed, "scorer": "synthetic", "n_problems": n_problems}
+    store = RunStore(run_dir, manifest)
+    store.open()
+    records_all = []
+    for source, probs in per_source_p.items():
+        for i, p in enumerate(probs):
+            correct = rng.random(k) < p
+            records = [{"problem_id": f"{source}/{i}", "data_source": source, "difficulty": None, "row": i,
+                        "sample_index": j, "seed": seed, "response": "r", "num_tokens": int(100 + 10 * j),
+                        "truncated": j == 0, "score": float(c), "acc": float(c), "pred": None, "reason": "synthetic",
+                        "details": {}} for j, c in enumerate(correct)]
+            store.append_problem(records)
+            records_all += records
+    store.write_summary({"manifest": store.manifest, **summarize(records_all, k)})
+    return run_dir

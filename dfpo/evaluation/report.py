@@ -1,0 +1,130 @@
+"""Combine evaluation runs (models x methods x seeds) into the paper's tables and figures.
+
+    python -m dfpo.evaluation.report --runs runs.yaml --output-dir report/
+
+Writes into ``--output-dir``:
+
+* ``table1.md`` / ``table1.tex``: mean over seeds ± 95% bootstrap CI per model, method, benchmark;
+* ``paired_tests.md`` / ``paired_tests.tex``: each method minus the baseline, CI and p-value;
+* ``group_size.md`` / ``group_size.tex``: method minus baseline per group size G;
+* ``report.json``: every number above, with seeds, problem counts, k, lengths, truncation;
+* ``accuracy_<model>.png``, ``group_size_<model>.png``, ``training_curves_<model>.png``.
+
+The runs file format is documented in ``report_inputs.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from dfpo.evaluation import plots, tables
+from dfpo.evaluation.report_inputs import ReportConfig, load_report_config
+from dfpo.evaluation.report_results import BootstrapSettings, ReportResults, compute_results
+from dfpo.evaluation.stats import RESAMPLE_AXES
+from dfpo.evaluation.verl_logs import TrainingLog, curve_keys, read_training_log
+
+
+def results_json(results: ReportResults) -> dict[str, Any]:
+    """Machine-readable form of every number in the tables."""
+    def ci(c):
+        return {"estimate": c.estimate, "low": c.low, "high": c.high, "level": c.level}
+
+    return {
+        "baseline": results.config.baseline,
+        "bootstrap": dataclasses.asdict(results.settings),
+        "benchmarks": [{"data_source": s, "title": t} for s, t in results.benchmarks],
+        "table1": [
+            {"model": c.model, "method": c.method, "data_source": c.benchmark, "avg_at_k": ci(c.ci), "k": c.k,
+             "seeds": c.seeds, "n_problems": c.n_problems, "mean_response_tokens": c.mean_tokens,
+             "truncation_rate": c.truncation}
+            for c in results.cells.values()
+        ],
+        "paired_tests": [
+            {"model": c.model, "method": c.method, "baseline": c.baseline, "data_source": c.benchmark,
+             "delta": ci(c.test.delta), "p_value": c.test.p_value, "seeds": c.seeds, "n_problems": c.test.n_problems}
+            for c in results.comparisons
+        ],
+        "group_size": [
+            {"model": c.model, "method": c.method, "baseline": c.baseline, "data_source": c.benchmark,
+             "group_size": c.group_size, "delta": ci(c.test.delta), "p_value": c.test.p_value, "seeds": c.seeds}
+            for c in results.group_size
+        ],
+    }
+
+
+def _training_logs(config: ReportConfig, model: str) -> dict[str, list[TrainingLog]]:
+    logs: dict[str, list[TrainingLog]] = {}
+    for run in config.table_runs():
+        if run.model == model and run.train_log is not None:
+            logs.setdefault(run.method, []).append(read_training_log(run.train_log))
+    return logs
+
+
+def write_report(config: ReportConfig, settings: BootstrapSettings, output_dir: Path,
+                 curve_metrics: Sequence[str] | None = None, allow_incomplete: bool = False) -> list[Path]:
+    """Compute everything and write the files; return their paths."""
+    results = compute_results(config, settings, allow_incomplete)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, render in [("table1.md", tables.table1_markdown), ("table1.tex", tables.table1_latex),
+                         ("paired_tests.md", tables.paired_markdown), ("paired_tests.tex", tables.paired_latex),
+                         ("group_size.md", tables.group_size_markdown), ("group_size.tex", tables.group_size_latex)]:
+        path = output_dir / name
+        path.write_text(render(results), encoding="utf-8")
+        written.append(path)
+    path = output_dir / "report.json"
+    path.write_text(json.dumps(results_json(results), indent=2) + "\n")
+    written.append(path)
+    for model in config.models:
+        written.append(plots.accuracy_bars(results, model, output_dir / f"accuracy_{plots.slug(model)}.png"))
+        group_plot = plots.group_size_plot(results, model, output_dir / f"group_size_{plots.slug(model)}.png")
+        if group_plot is not None:
+            written.append(group_plot)
+        logs = _training_logs(config, model)
+        if logs:
+            keys: list[str] = []
+            for seed_logs in logs.values():
+                for log in seed_logs:
+                    keys += [k for k in curve_keys(log, tuple(curve_metrics) if curve_metrics else None) if k not in keys]
+            written.append(plots.training_curves(logs, keys, model, output_dir / f"training_curves_{plots.slug(model)}.png"))
+    return written
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line interface."""
+    parser = argparse.ArgumentParser(prog="python -m dfpo.evaluation.report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", required=True, help="YAML/JSON file listing the runs (see report_inputs.py)")
+    parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--baseline", help="baseline method (overrides the runs file)")
+    parser.add_argument("--level", type=float, default=0.95, help="confidence level of the intervals")
+    parser.add_argument("--n-resamples", type=int, default=10_000)
+    parser.add_argument("--resample", choices=RESAMPLE_AXES, default="both",
+                        help="what the bootstrap resamples: problems, training seeds, or both (default)")
+    parser.add_argument("--bootstrap-seed", type=int, default=0)
+    parser.add_argument("--curve-metrics", nargs="+",
+                        help="training-log keys to plot (default: critic/score/mean, response_length/mean, "
+                             "actor/entropy and every dfpo/ metric)")
+    parser.add_argument("--allow-incomplete", action="store_true", help="report runs that have not finished")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m dfpo.evaluation.report``."""
+    args = build_parser().parse_args(argv)
+    config = load_report_config(args.runs, baseline=args.baseline)
+    settings = BootstrapSettings(level=args.level, n_resamples=args.n_resamples, resample=args.resample,
+                                 rng_seed=args.bootstrap_seed)
+    written = write_report(config, settings, Path(args.output_dir), args.curve_metrics, args.allow_incomplete)
+    print((Path(args.output_dir) / "table1.md").read_text())
+    print("wrote:\n" + "\n".join(f"  {p}" for p in written))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
