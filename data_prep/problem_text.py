@@ -26,14 +26,27 @@ def exact_key(text: str) -> str:
     return text.strip()
 
 
-def normalised_text(text: str) -> str:
-    """The problem text with typesetting-only differences removed (see module docstring)."""
+def _normalise_once(text: str) -> str:
     text = unicodedata.normalize("NFKC", text).casefold()
     text = _FRACTION_VARIANTS.sub(r"\\frac", text)
     text = _DROPPED_COMMANDS.sub("", text)
     text = _SENTENCE_PUNCTUATION.sub("", text)
     text = _DROPPED_CHARACTERS.sub("", text)
     return _BRACED_SCRIPT.sub(r"\1\2", text)
+
+
+def normalised_text(text: str) -> str:
+    """The problem text with typesetting-only differences removed (see module docstring).
+
+    Removing characters can expose new matches (a period that now ends the text, a combining
+    mark now next to its letter), so the rules are applied until nothing changes; every pass
+    that changes the text shortens it or composes characters, so this ends quickly.
+    """
+    while True:
+        normalised = _normalise_once(text)
+        if normalised == text:
+            return normalised
+        text = normalised
 
 
 def normalised_key(text: str) -> str:
