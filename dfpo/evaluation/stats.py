@@ -204,10 +204,7 @@ def paired_bootstrap_test(
     reps = bootstrap_replicates(d, n_resamples, resample, rng_seed)
     observed = float(d.mean())
     low, high = _percentile_interval(reps, level)
-    if observed == 0.0:
-        p_value = 1.0
-    else:
-        extreme = np.count_nonzero(np.abs(reps - observed) >= abs(observed))
-        p_value = (1.0 + extreme) / (n_resamples + 1.0)
+    extreme = np.count_nonzero(np.abs(reps - observed) >= abs(observed))
+    p_value = (1.0 + extreme) / (n_resamples + 1.0)
     ci = BootstrapCI(observed, low, high, level, n_resamples, resample)
     return PairedTest(delta=ci, p_value=float(p_value), n_seeds=d.shape[0], n_problems=d.shape[1])

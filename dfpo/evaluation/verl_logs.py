@@ -165,8 +165,9 @@ def read_training_log(path: str | Path) -> TrainingLog:
 
 
 def curve_keys(log: TrainingLog, requested: tuple[str, ...] | None = None) -> list[str]:
-    """Metrics to plot: the requested ones, or reward, response length, entropy and every ``dfpo/`` metric present."""
+    """Metrics to plot: the requested ones, or reward, response length, entropy and every ``dfpo/``
+    metric present (also when nested, e.g. ``actor/dfpo/...``)."""
     if requested:
         return [k for k in requested if k in log]
     keys = [k for k in DEFAULT_CURVE_KEYS if k in log]
-    return keys + sorted(k for k in log if k.startswith(DFPO_PREFIX))
+    return keys + sorted(k for k in log if k.startswith(DFPO_PREFIX) or f"/{DFPO_PREFIX}" in k)
