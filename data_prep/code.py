@@ -7,12 +7,11 @@ Examples (``DATA_DIR`` defaults to ``~/data/dfpo``; the recipes read these paths
         --release release_v6 --start-date 2025-02-01 --end-date 2025-05-01 \\
         --output $DATA_DIR/lcb_v6.parquet
 
-    # training set: DeepCoder (its four configs) + PrimeIntellect, decontaminated against LCB v6
+    # training set: DeepCoder's training configs + PrimeIntellect, decontaminated against LCB v6
     python -m data_prep.code \\
         --input deepcoder=hf:agentica-org/DeepCoder-Preview-Dataset:lcbv5@train \\
         --input deepcoder=hf:agentica-org/DeepCoder-Preview-Dataset:primeintellect@train \\
         --input deepcoder=hf:agentica-org/DeepCoder-Preview-Dataset:taco@train \\
-        --input deepcoder=hf:agentica-org/DeepCoder-Preview-Dataset:codeforces@train \\
         --input primeintellect=hf:PrimeIntellect/verifiable-coding-problems@train \\
         --decontaminate-against $DATA_DIR/lcb_v6.parquet --drop-contaminated \\
         --output $DATA_DIR/code_train.parquet

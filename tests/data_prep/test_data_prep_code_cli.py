@@ -87,7 +87,7 @@ def test_caps_on_tests_and_bytes_are_counted(fixtures, tmp_path):
     assert summary["notes"] == {"problems with tests removed by --max-tests": 1, "tests removed by --max-tests": 1}
     rows, summary = prepare_lcb(fixtures, tmp_path, "--start-date", "2025-02-01", "--end-date", "2025-05-01",
                                 "--max-test-bytes", "12")
-    # abc392_a: tests of 11, 10, 6 bytes -> keep the first; 3700: 10 + 13 -> keep the first
+    # abc392_a: tests of 10, 10, 6 bytes; 3700: 10, 13; 2080C: 8, 9 -> only the first of each fits in 12
     assert [r["extra_info"]["num_tests"] for r in rows] == [1, 1, 1]
     assert summary["notes"]["tests removed by --max-test-bytes"] == 4
 
