@@ -1,0 +1,61 @@
+"""Shared helpers for the reward tests: leftover-process checks and labelled fixtures."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from reward import sandbox as sandbox_module
+
+DATA = Path(__file__).parent / "data"
+
+
+def load_jsonl(name: str) -> list[dict]:
+    with open(DATA / name) as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def _is_pool_worker(process: psutil.Process) -> bool:
+    try:
+        return any("math_verify_worker" in part for part in process.cmdline())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return False
+
+
+def stray_processes() -> list[str]:
+    """Descendants of this test process (other than math-verify pool workers) and any
+    process still running under a sandbox uid."""
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() == psutil.STATUS_ZOMBIE:
+                found.append(f"zombie {child.pid}")
+            elif not _is_pool_worker(child):
+                found.append(f"{child.pid} {' '.join(child.cmdline())[:120]}")
+        except psutil.NoSuchProcess:
+            continue
+    if os.geteuid() == 0:
+        base = sandbox_module._uid_base()
+        for uid in range(base, base + sandbox_module.MAX_CONCURRENT_RUNS):
+            found += [f"uid {uid}: pid {pid}" for pid in sandbox_module.processes_of_uid(uid)]
+    return found
+
+
+def assert_no_stray_processes(grace_s: float = 2.0) -> None:
+    deadline = time.monotonic() + grace_s
+    while True:
+        stray = stray_processes()
+        if not stray or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert not stray, f"processes left behind: {stray}"
+
+
+@pytest.fixture(scope="session")
+def isolation_report():
+    return sandbox_module.isolation()
