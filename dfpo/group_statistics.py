@@ -37,46 +37,93 @@ def check_scope(scope: str) -> None:
         raise ValueError(f"Unknown DFPO scope {scope!r}; valid scopes are {list(SCOPES)}.")
 
 
-def sequence_lengths(response_mask: torch.Tensor) -> torch.Tensor:
-    """L_i: the number of valid response tokens of each row, as float64 (B,)."""
-    return response_mask.to(torch.float64).sum(dim=-1)
-
-
-def sequence_log_ratio(log_prob: torch.Tensor, old_log_prob: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """log s_i = clamp((1/L_i) Σ_t δ_{i,t}, max=10), float64 (B,), differentiable in ``log_prob``.
-
-    Empty rows get log s_i = 0.
-    """
-    mask = response_mask.to(torch.float64)
-    delta = (log_prob.to(torch.float64) - old_log_prob.to(torch.float64)) * mask
-    mean = delta.sum(dim=-1) / mask.sum(dim=-1).clamp(min=1.0)
-    return torch.clamp(mean, max=LOG_RATIO_CLAMP_MAX)
-
-
 def sequence_weights(log_ratio: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """W_i = s_i / L_i (0 on empty rows), from log s_i and L_i."""
     return torch.where(lengths > 0, torch.exp(log_ratio) / lengths.clamp(min=1.0), torch.zeros_like(log_ratio))
 
 
 def sequence_advantages(advantages: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """Â_i from verl's per-token advantages (B, T): the value on the response's valid tokens.
+    """Â_i from verl's per-token advantages (B, T): the value on the response's valid tokens (float64).
 
     DFPO is defined for sequence-level (outcome) advantages. A per-token advantage that varies
-    within a response (GAE, token-level rewards) is an error, not something to average silently.
+    within a response (GAE, token-level rewards) is an error, not something to average silently;
+    the check uses the within-row variance (two reductions, no (B, T) temporaries kept).
     """
-    mask = response_mask.to(torch.bool)
-    adv = advantages.to(torch.float64)
-    count = mask.sum(dim=-1)
-    mean = torch.where(mask, adv, torch.zeros_like(adv)).sum(dim=-1) / count.clamp(min=1)
-    spread = torch.where(mask, (adv - mean.unsqueeze(-1)).abs(), torch.zeros_like(adv)).amax(dim=-1)
-    bad = spread > ADVANTAGE_CONSTANCY_TOL * (1.0 + mean.abs())
+    if advantages.dtype in (torch.float16, torch.bfloat16):
+        advantages = advantages.float()  # squares of 8-bit mantissas would fake a within-row spread
+    mask = response_mask.to(advantages.dtype)
+    masked = advantages * mask
+    count = response_mask.to(torch.bool).sum(dim=-1).clamp(min=1).to(torch.float64)
+    mean = masked.sum(dim=-1, dtype=torch.float64) / count
+    mean_sq = (masked * advantages).sum(dim=-1, dtype=torch.float64) / count
+    var = (mean_sq - mean * mean).clamp(min=0.0)
+    bad = var > (ADVANTAGE_CONSTANCY_TOL**2) * (1.0 + mean * mean)
     if bool(bad.any()):
         row = int(torch.nonzero(bad)[0, 0])
         raise ValueError(
-            f"dfpo needs one advantage per response, but row {row} has per-token advantages that vary by "
-            f"{float(spread[row]):.3g}. Use an outcome advantage estimator (algorithm.adv_estimator=dfpo or grpo)."
+            f"dfpo needs one advantage per response, but row {row} has per-token advantages with standard deviation "
+            f"{float(var[row].sqrt()):.3g}. Use an outcome advantage estimator (algorithm.adv_estimator=dfpo or grpo)."
         )
     return mean
+
+
+@dataclass(frozen=True)
+class TokenSums:
+    """The per-row sums over tokens that DFPO needs, from one or a few passes over (B, T).
+
+    With δ = log π_θ − log π_old, m the mask, ρ the rollout IS weight (1 when absent) and "in" the
+    tokens in scope (all tokens, or the group's common prefix):
+
+    * ``delta_sum``  D_i = Σ_t m δ            (differentiable: gives log s_i = D_i / L_i)
+    * ``grad_all``   S_i = Σ_t m ρ δ          (differentiable: ∇S_i = Σ_t m ρ ∇log π)
+    * ``grad_in``    S_i^in = Σ_{t in} m ρ δ  (differentiable)
+    * ``mass_all``, ``mass_in``: Σ_t m ρ and Σ_{t in} m ρ (float64, detached)
+    * ``length``     L_i (float64)
+    """
+
+    delta_sum: torch.Tensor
+    grad_all: torch.Tensor
+    grad_in: torch.Tensor
+    mass_all: torch.Tensor
+    mass_in: torch.Tensor
+    length: torch.Tensor
+
+    @property
+    def log_ratio(self) -> torch.Tensor:
+        """log s_i = clamp(D_i / L_i, max=10) in float64 (differentiable); 0 on empty rows."""
+        return torch.clamp(self.delta_sum.to(torch.float64) / self.length.clamp(min=1.0), max=LOG_RATIO_CLAMP_MAX)
+
+
+def token_sums(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    response_mask: torch.Tensor,
+    rollout_is_weights: torch.Tensor | None = None,
+    prefix_len: torch.Tensor | None = None,
+) -> TokenSums:
+    """:class:`TokenSums` of a (B, T) batch; one pass without IS weights and prefix scope."""
+    acc = torch.float64 if log_prob.dtype == torch.float64 else torch.float32
+    bool_mask = response_mask.to(torch.bool)
+    length = bool_mask.sum(dim=-1).to(torch.float64)
+    delta = (log_prob - old_log_prob) * response_mask.to(log_prob.dtype)
+    delta_sum = delta.sum(dim=-1, dtype=acc)
+    if rollout_is_weights is None:
+        grad_all, weighted, mass_all = delta_sum, delta, length
+    else:
+        rho = rollout_is_weights.to(log_prob.dtype)
+        weighted = delta * rho
+        grad_all = weighted.sum(dim=-1, dtype=acc)
+        mass_all = (rho * response_mask.to(rho.dtype)).sum(dim=-1, dtype=torch.float64)
+    if prefix_len is None:
+        grad_in, mass_in = grad_all, mass_all
+    else:
+        in_prefix = (torch.arange(delta.shape[-1], device=delta.device).unsqueeze(0) < prefix_len.unsqueeze(-1)).to(delta.dtype)
+        grad_in = (weighted * in_prefix).sum(dim=-1, dtype=acc)
+        if rollout_is_weights is None:
+            mass_in = (response_mask.to(delta.dtype) * in_prefix).sum(dim=-1, dtype=torch.float64)
+        else:
+            mass_in = (rho * response_mask.to(rho.dtype) * in_prefix).sum(dim=-1, dtype=torch.float64)
+    return TokenSums(delta_sum, grad_all, grad_in, mass_all, mass_in, length)
 
 
 def shared_prefix_lengths(responses: torch.Tensor, response_mask: torch.Tensor, group_index: torch.Tensor) -> torch.Tensor:
@@ -98,16 +145,6 @@ def shared_prefix_lengths(responses: torch.Tensor, response_mask: torch.Tensor, 
     prefix = torch.full((num_groups,), responses.shape[-1], dtype=torch.long, device=responses.device)
     prefix = prefix.scatter_reduce(0, ids, torch.where(valid, lcp, torch.full_like(lcp, responses.shape[-1])), reduce="amin")
     return torch.where(valid, prefix[ids], torch.zeros_like(lcp))
-
-
-def token_scope_masks(response_mask: torch.Tensor, prefix_len: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(in_scope, out_of_scope) bool masks (B, T): tokens that get W̃_i and tokens that keep W_i."""
-    mask = response_mask.to(torch.bool)
-    if prefix_len is None:
-        return mask, torch.zeros_like(mask)
-    positions = torch.arange(mask.shape[-1], device=mask.device).unsqueeze(0)
-    in_prefix = positions < prefix_len.unsqueeze(-1)
-    return mask & in_prefix, mask & ~in_prefix
 
 
 @dataclass(frozen=True)
@@ -149,17 +186,25 @@ def row_statistics(
     group_index: torch.Tensor,
     prefix_len: torch.Tensor | None = None,
     rollout_is_weights: torch.Tensor | None = None,
+    sums: TokenSums | None = None,
 ) -> RowStatistics:
     """The :class:`RowStatistics` of a (B, T) batch at the parameters that produced ``log_prob``."""
-    in_scope, out_scope = token_scope_masks(response_mask, prefix_len)
-    rho = torch.ones_like(response_mask, dtype=torch.float64) if rollout_is_weights is None else rollout_is_weights.to(torch.float64)
+    if sums is None:
+        sums = token_sums(log_prob.detach(), old_log_prob, response_mask, rollout_is_weights, prefix_len)
+    return row_statistics_from_sums(sums, advantages, response_mask, group_index)
+
+
+def row_statistics_from_sums(
+    sums: TokenSums, advantages: torch.Tensor, response_mask: torch.Tensor, group_index: torch.Tensor
+) -> RowStatistics:
+    """:class:`RowStatistics` from already computed :class:`TokenSums` (detached here)."""
     return RowStatistics(
         group_index=group_index.to(torch.long),
-        log_ratio=sequence_log_ratio(log_prob.detach(), old_log_prob, response_mask),
-        length=sequence_lengths(response_mask),
+        log_ratio=sums.log_ratio.detach(),
+        length=sums.length,
         advantage=sequence_advantages(advantages, response_mask),
-        scope_mass=(rho * in_scope).sum(dim=-1),
-        rest_mass=(rho * out_scope).sum(dim=-1),
+        scope_mass=sums.mass_in,
+        rest_mass=sums.mass_all - sums.mass_in,
     )
 
 

@@ -23,32 +23,27 @@ import torch
 
 from dfpo.group_statistics import (
     GroupWeights,
-    RowStatistics,
+    TokenSums,
     check_scope,
     compute_group_weights,
     group_weight_metrics,
-    row_statistics,
+    row_statistics_from_sums,
     sequence_advantages,
-    sequence_lengths,
-    sequence_log_ratio,
     sequence_weights,
     shared_prefix_lengths,
-    token_scope_masks,
+    token_sums,
 )
 from dfpo.transforms import check_transform
 
 
 def dfpo_loss_from_group_weights(
-    log_prob: torch.Tensor,
-    old_log_prob: torch.Tensor,
-    response_mask: torch.Tensor,
+    sums: TokenSums,
     seq_advantages: torch.Tensor,
     group_weights: GroupWeights,
     *,
-    prefix_len: torch.Tensor | None = None,
-    rollout_is_weights: torch.Tensor | None = None,
     num_sequences: float,
     dp_size: int = 1,
+    dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
     """The DFPO loss of some rows, given their (detached) group weights computed over whole groups.
 
@@ -56,27 +51,25 @@ def dfpo_loss_from_group_weights(
     parts (micro-batches, data-parallel ranks) with the same ``num_sequences`` gives the loss and
     gradient of the whole mini-batch. ``dp_size`` multiplies the result because data-parallel
     all-reduce averages gradients over ranks (as verl's ``agg_loss``).
+
+    With k_i = −Â_i W̃_i on tokens in scope and −Â_i W_i outside (both detached), the loss is
+    Σ_i k_i·(S_i − sg[S_i]) + Σ_i k_i·Σ_t ρ_{i,t}, where S_i = Σ_t m ρ δ: its value is
+    −Σ_i Â_i W̃_i Σ_t ρ and its gradient −Σ_i Σ_t Â_i W̃_i ρ ∇log π — the linear, clipping-free
+    estimator, computed from per-row sums (no (B, T) temporaries beyond :func:`token_sums`).
     """
-    dtype = log_prob.dtype
-    mask = response_mask.to(torch.bool)
-    in_scope, out_scope = token_scope_masks(mask, prefix_len)
-    token_weight = torch.where(
-        in_scope,
-        group_weights.transformed.unsqueeze(-1),
-        torch.where(out_scope, group_weights.weights.unsqueeze(-1), torch.zeros_like(group_weights.weights).unsqueeze(-1)),
-    )
-    coef = (seq_advantages.unsqueeze(-1) * token_weight).to(dtype)
-    if rollout_is_weights is not None:
-        coef = coef * rollout_is_weights.to(dtype)
-    # exp(x − sg[x]) is 1 in value and ∇x in gradient: the linear, clipping-free estimator.
-    unit = torch.exp(log_prob - log_prob.detach())
-    token_loss = torch.where(mask, -coef * unit, torch.zeros_like(unit))
-    total = token_loss.sum()
+    acc = sums.grad_all.dtype
+    k_in = -(seq_advantages * group_weights.transformed)
+    k_out = -(seq_advantages * group_weights.weights)
+    value = (k_in * sums.mass_in + k_out * (sums.mass_all - sums.mass_in)).sum()
+    total = (k_in.to(acc) * (sums.grad_in - sums.grad_in.detach())).sum().to(torch.float64)
+    if sums.grad_in is not sums.grad_all:  # scope="shared_prefix": tokens after the prefix keep W_i
+        grad_out = sums.grad_all - sums.grad_in
+        total = total + (k_out.to(acc) * (grad_out - grad_out.detach())).sum().to(torch.float64)
     if group_weights.grad_coef is not None:
         # Ablation "no stop-grad": add −c_j (W_j(θ) − sg[W_j(θ)]) per row (zero value, exact gradient).
-        w_theta = sequence_weights(sequence_log_ratio(log_prob, old_log_prob, mask), sequence_lengths(mask))
-        total = total - (group_weights.grad_coef * (w_theta - w_theta.detach())).sum().to(dtype)
-    return total / num_sequences * dp_size
+        w_theta = sequence_weights(sums.log_ratio, sums.length)
+        total = total - (group_weights.grad_coef * (w_theta - w_theta.detach())).sum()
+    return ((total + value) / num_sequences * dp_size).to(dtype)
 
 
 def compute_dfpo_loss(
@@ -127,35 +120,30 @@ def compute_dfpo_loss(
         )
     if group_index.shape != log_prob.shape[:1]:
         raise ValueError(f"group_index must have shape (B,) = {tuple(log_prob.shape[:1])}, got {tuple(group_index.shape)}")
-    mask = response_mask.to(torch.bool)
     if scope == "shared_prefix" and prefix_len is None:
         if responses is None:
             raise ValueError('scope="shared_prefix" needs `responses` (the response token ids) to find each group\'s common prefix.')
-        prefix_len = shared_prefix_lengths(responses, mask, group_index)
+        prefix_len = shared_prefix_lengths(responses, response_mask, group_index)
     if scope == "all":
         prefix_len = None
 
+    sums = token_sums(log_prob, old_log_prob, response_mask, rollout_is_weights, prefix_len)
     metrics: dict[str, float] = {}
     if group_weights is None:
-        rows: RowStatistics = row_statistics(
-            log_prob, old_log_prob, advantages, mask, group_index, prefix_len, rollout_is_weights
-        )
+        rows = row_statistics_from_sums(sums, advantages, response_mask, group_index)
         group_weights = compute_group_weights(rows, transform, scale, stop_grad)
         metrics = group_weight_metrics(rows, group_weights)
         seq_adv = rows.advantage
     else:
-        seq_adv = sequence_advantages(advantages, mask)
+        seq_adv = sequence_advantages(advantages, response_mask)
     if num_sequences is None:
-        num_sequences = max(int(mask.any(dim=-1).sum()), 1)
+        num_sequences = max(int((sums.length > 0).sum()), 1)
     loss = dfpo_loss_from_group_weights(
-        log_prob,
-        old_log_prob,
-        mask,
+        sums,
         seq_adv,
         group_weights,
-        prefix_len=prefix_len,
-        rollout_is_weights=rollout_is_weights,
         num_sequences=num_sequences,
         dp_size=dp_size,
+        dtype=torch.promote_types(log_prob.dtype, torch.float32),
     )
     return loss, metrics

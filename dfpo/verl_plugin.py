@@ -17,8 +17,9 @@ from dfpo.advantage import dfpo_advantage_estimator
 from dfpo.group_statistics import (
     compute_group_weights,
     group_weight_metrics,
-    row_statistics,
+    row_statistics_from_sums,
     sequence_advantages,
+    token_sums,
 )
 from dfpo.loss import dfpo_loss_from_group_weights
 from dfpo.loss_config import dfpo_options
@@ -77,8 +78,9 @@ def compute_policy_loss_dfpo(
         raise RuntimeError("dfpo: scope=shared_prefix needs the per-row common-prefix lengths (`dfpo_prefix_len`).")
 
     metrics: dict[str, Any] = {}
+    sums = token_sums(log_prob, old_log_prob, mask, rollout_is_weights, prefix_len)
     if groups.group_weights is None:
-        rows = row_statistics(log_prob, old_log_prob, advantages, mask, groups.group_index, prefix_len, rollout_is_weights)
+        rows = row_statistics_from_sums(sums, advantages, mask, groups.group_index)
         _check_whole_groups(groups.group_index, rows.valid, int(config.rollout_n))
         group_weights = compute_group_weights(rows, options.dfpo_transform, options.dfpo_scale, options.dfpo_stop_grad)
         metrics.update(group_weight_metrics(rows, group_weights))
@@ -87,15 +89,12 @@ def compute_policy_loss_dfpo(
         group_weights = groups.group_weights
         seq_adv = sequence_advantages(advantages, mask)
     loss = dfpo_loss_from_group_weights(
-        log_prob,
-        old_log_prob,
-        mask,
+        sums,
         seq_adv,
         group_weights,
-        prefix_len=prefix_len,
-        rollout_is_weights=rollout_is_weights,
         num_sequences=float(num_sequences),
         dp_size=dp_size,
+        dtype=torch.promote_types(log_prob.dtype, torch.float32),
     )
     with torch.no_grad():
         negative_approx_kl = (log_prob - old_log_prob).masked_fill(~mask, 0.0)
