@@ -95,10 +95,6 @@ def _call(fn: ScoreFn, job: ScoreJob) -> Any:
     return fn(job.data_source, job.solution_str, job.ground_truth, extra_info=job.extra_info)
 
 
-def _score_in_worker(spec: str, job: ScoreJob) -> Any:
-    return _call(resolve_scorer(spec), job)
-
-
 class ParallelScorer:
     """Score batches of responses; ``submit`` returns at once so scoring overlaps generation."""
 
@@ -125,7 +121,9 @@ class ParallelScorer:
                         f"scorer {self.name} failed on {job.problem_id} sample {job.sample_index}: {exc!r}"
                     ) from exc
             return results
-        return [self._pool.submit(_score_in_worker, self.spec, job) for job in jobs]
+        # the scorer itself is sent (pickled by reference): workers import only its module, not dfpo
+        return [self._pool.submit(self.fn, job.data_source, job.solution_str, job.ground_truth, extra_info=job.extra_info)
+                for job in jobs]
 
     def collect(self, jobs: Sequence[ScoreJob], handles: list[Future | Any]) -> list[dict[str, Any]]:
         """Wait for the results of ``submit`` and check them against the contract."""

@@ -66,12 +66,6 @@ def write_math_parquet(path: Path, data_source: str, answers: list[str], difficu
     return path
 
 
-def length_parity_scorer(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
-    """Stand-in scorer: correct when the response has an even number of characters."""
-    acc = len(solution_str) % 2 == 0
-    return {"score": 1.0 if acc else 0.0, "acc": acc, "pred": str(len(solution_str)), "reason": "parity"}
-
-
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A saved tiny random Qwen2 + tokenizer with a chat template."""
@@ -117,3 +111,15 @@ def write_synthetic_run(run_dir: Path, per_source_p: dict[str, list[float]], k: 
             records_all += records
     store.write_summary({"manifest": store.manifest, **summarize(records_all, k)})
     return run_dir
+
+
+@pytest.fixture()
+def write_math_parquet_fn():
+    """The write_math_parquet helper, for tests that need their own data files."""
+    return write_math_parquet
+
+
+@pytest.fixture()
+def write_synthetic_run_fn():
+    """The write_synthetic_run helper, for report tests."""
+    return write_synthetic_run

@@ -1,0 +1,260 @@
+"""The evaluation command end to end: tiny random Qwen2 on CPU, resume after an interruption,
+the vLLM backend's request mapping (with a stand-in vllm module), the real reward scorer."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dfpo.evaluation.backends import Completion, GenerationRequest, build_backend
+from dfpo.evaluation.backends.transformers_backend import TransformersBackend
+from dfpo.evaluation.generate import make_request, run_evaluation
+from dfpo.evaluation.problems import load_problems
+from dfpo.evaluation.run_store import RunMismatchError, RunStore, read_manifest, read_samples
+from dfpo.evaluation.sampling import SamplingConfig, derive_seed, preset
+from dfpo.evaluation.scoring import ParallelScorer
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLING = SamplingConfig(temperature=1.0, top_p=0.95, top_k=50, max_new_tokens=8,
+                          chat_template_kwargs={"enable_thinking": True})
+K = 3
+
+
+def parity(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    """Correct when the response has an even number of characters (deterministic in the text)."""
+    acc = len(solution_str) % 2 == 0
+    return {"score": float(acc), "acc": acc, "pred": str(len(solution_str)), "reason": "parity", "chars": len(solution_str)}
+
+
+class CountingBackend:
+    """Wraps a backend and records which problems it was asked for."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.asked: list[str] = []
+
+    def describe(self):
+        return self.inner.describe()
+
+    def generate(self, requests):
+        self.asked += [r.problem_id for r in requests]
+        return self.inner.generate(requests)
+
+
+def _manifest(problems, k=K, seed=0):
+    return {"model": "tiny", "data": [], "backend": {"name": "transformers"}, "sampling": SAMPLING.to_dict(),
+            "k": k, "seed": seed, "scorer": "parity", "n_problems": len(problems)}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def single_torch_thread():
+    """One intra-op thread: the tiny model is faster that way, above all on a busy 2-core CI machine."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny_backend(tiny_model_dir):
+    return TransformersBackend(str(tiny_model_dir), SAMPLING, device="cpu", dtype="float32")
+
+
+def test_transformers_backend_end_to_end(tiny_backend, math_parquet, tmp_path):
+    problems = load_problems(math_parquet)
+    store = RunStore(tmp_path / "run", _manifest(problems))
+    summary = run_evaluation(problems, tiny_backend, ParallelScorer(parity, num_workers=0), store, K, base_seed=0,
+                             chunk_size=2, progress=False)
+    records = read_samples(tmp_path / "run")
+    assert len(records) == len(problems) * K
+    assert [(r["problem_id"], r["sample_index"]) for r in records] == [(p.problem_id, j) for p in problems for j in range(K)]
+    for r in records:
+        assert r["acc"] == float(len(r["response"]) % 2 == 0)
+        assert r["details"] == {"chars": len(r["response"])}
+        assert 1 <= r["num_tokens"] <= SAMPLING.max_new_tokens
+        assert not r["truncated"] or r["num_tokens"] == SAMPLING.max_new_tokens
+        assert r["seed"] == derive_seed(0, r["problem_id"], 0)  # one seeded batch per problem
+    acc = np.array([r["acc"] for r in records]).reshape(len(problems), K)
+    assert summary["overall"]["avg@k"] == pytest.approx(acc.mean())
+    assert summary["overall"]["pass@k"]["1"] == pytest.approx(acc.mean())
+    assert summary["overall"]["pass@k"][str(K)] == pytest.approx((acc.sum(1) > 0).mean())
+    assert summary["overall"]["mean_response_tokens"] == pytest.approx(np.mean([r["num_tokens"] for r in records]))
+    assert summary["overall"]["truncation_rate"] == pytest.approx(np.mean([r["truncated"] for r in records]))
+    assert set(summary["by_difficulty"]["toy_math"]) == {"easy", "medium", "hard"}
+    assert summary["by_difficulty"]["toy_math"]["hard"]["n_problems"] == 2
+    on_disk = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert on_disk["overall"] == summary["overall"] and on_disk["manifest"]["k"] == K
+    # a sample is reproducible from its recorded seed
+    again = tiny_backend.generate([make_request(problems[0], K, 0)])[0]
+    assert [c.text for c in again] == [r["response"] for r in records[:K]]
+
+
+def test_resume_after_interruption_skips_done_problems_and_matches_an_uninterrupted_run(
+        tiny_backend, math_parquet, tmp_path):
+    problems = load_problems(math_parquet)
+    reference_store = RunStore(tmp_path / "reference", _manifest(problems))
+    run_evaluation(problems, tiny_backend, ParallelScorer(parity, num_workers=0), reference_store, K, 0, 1, False)
+    reference = read_samples(tmp_path / "reference")
+
+    def crashing(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+        if extra_info["index"] == 3:
+            raise KeyboardInterrupt("simulated interruption")
+        return parity(data_source, solution_str, ground_truth, extra_info)
+
+    run_dir = tmp_path / "interrupted"
+    with pytest.raises(KeyboardInterrupt):
+        run_evaluation(problems, tiny_backend, ParallelScorer(crashing, num_workers=0),
+                       RunStore(run_dir, _manifest(problems)), K, 0, 1, False)
+    partial = read_samples(run_dir)
+    done_before = sorted({r["problem_id"] for r in partial})
+    assert done_before == ["toy_math/0", "toy_math/1"]  # problem 2 was scored but not yet written
+    assert not (run_dir / "summary.json").exists()
+    # the process was killed while writing problem 2's first line
+    with open(run_dir / "samples.jsonl", "a") as fh:
+        fh.write(json.dumps(reference[2 * K])[:40])
+
+    counting = CountingBackend(tiny_backend)
+    with pytest.warns(UserWarning, match="interrupted"):
+        summary = run_evaluation(problems, counting, ParallelScorer(parity, num_workers=0),
+                                 RunStore(run_dir, _manifest(problems)), K, 0, 1, False)
+    assert counting.asked == [p.problem_id for p in problems[2:]]
+    resumed = read_samples(run_dir)
+    key = lambda r: (r["problem_id"], r["sample_index"])  # noqa: E731
+    assert sorted(resumed, key=key) == sorted(reference, key=key)
+    assert summary["overall"]["n_samples"] == len(problems) * K
+
+
+def test_resume_refuses_a_run_made_with_other_settings(math_parquet, tmp_path):
+    problems = load_problems(math_parquet)
+    RunStore(tmp_path / "run", _manifest(problems)).open()
+    with pytest.raises(RunMismatchError, match=r"k: 3 -> 4"):
+        RunStore(tmp_path / "run", _manifest(problems, k=4)).open()
+    with pytest.raises(RunMismatchError, match="seed"):
+        RunStore(tmp_path / "run", _manifest(problems, seed=1)).open()
+    assert RunStore(tmp_path / "run", _manifest(problems, k=4), overwrite=True).open() == set()
+    assert read_manifest(tmp_path / "run")["k"] == 4
+
+
+def test_a_broken_sample_file_is_reported_with_its_line(math_parquet, tmp_path):
+    problems = load_problems(math_parquet)
+    store = RunStore(tmp_path / "run", _manifest(problems))
+    store.open()
+    (tmp_path / "run" / "samples.jsonl").write_text('{"problem_id": "toy_math/0"}\nnot json\n')
+    with pytest.raises(ValueError, match=r"samples.jsonl line 1: sample record lacks"):
+        store.open()
+
+
+class ScriptedBackend:
+    """Returns fixed responses, to run the real reward scorer on known answers."""
+
+    def __init__(self, responses: dict[str, list[str]]):
+        self.responses = responses
+
+    def describe(self):
+        return {"name": "scripted"}
+
+    def generate(self, requests):
+        return [[Completion(text, 5, False, seed) for text, seed in zip(self.responses[r.problem_id], r.seeds, strict=True)]
+                for r in requests]
+
+
+def test_real_reward_scorer_scores_known_answers(tmp_path, write_math_parquet_fn):
+    pytest.importorskip("reward.score")
+    write = write_math_parquet_fn
+    data = write(tmp_path / "aime.parquet", "aime25", ["204", "\\frac{1}{2}"])
+    problems = load_problems(data)
+    responses = {"aime25/0": ["so \\boxed{204}", "\\boxed{205}"], "aime25/1": ["\\boxed{0.5}", "no answer"]}
+    store = RunStore(tmp_path / "run", {**_manifest(problems, k=2), "scorer": "reward.score:compute_score"})
+    with ParallelScorer("reward.score:compute_score", num_workers=0) as scorer:
+        summary = run_evaluation(problems, ScriptedBackend(responses), scorer, store, 2, 0, 8, False)
+    records = read_samples(tmp_path / "run")
+    assert [r["acc"] for r in records] == [1.0, 0.0, 1.0, 0.0]
+    assert all(isinstance(r["reason"], str) and r["reason"] for r in records)
+    assert summary["by_data_source"]["aime25"]["avg@k"] == pytest.approx(0.5)
+    assert summary["overall"]["pass@k"]["2"] == pytest.approx(1.0)
+
+
+def test_generate_command_with_worker_processes_and_the_real_scorer(tiny_model_dir, tmp_path, write_math_parquet_fn):
+    pytest.importorskip("reward.score")
+    write = write_math_parquet_fn
+    data = write(tmp_path / "aime.parquet", "aime25", ["2", "6", "9"])
+    out = tmp_path / "cli_run"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+           "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "dfpo.evaluation.generate", "--model", str(tiny_model_dir), "--data", str(data),
+           "--output-dir", str(out), "--backend", "transformers", "--k", "2", "--max-new-tokens", "6",
+           "--score-workers", "2", "--no-progress", "--dtype", "float32", "--top-k", "0"]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "avg@2" in proc.stdout
+    manifest = read_manifest(out)
+    assert manifest["scorer"] == "reward.score:compute_score"
+    assert manifest["sampling"]["top_k"] is None and manifest["sampling"]["temperature"] == 0.6
+    assert manifest["data"][0]["sha256"] and manifest["n_problems"] == 3
+    records = read_samples(out)
+    assert len(records) == 6 and all(r["reason"] for r in records)
+    assert json.loads((out / "summary.json").read_text())["overall"]["n_problems"] == 3
+
+
+def test_vllm_backend_maps_samples_to_seeded_requests(tiny_model_dir, monkeypatch):
+    calls = {}
+
+    class FakeParams:
+        def __init__(self, **kwargs):
+            self.kwargs = kwargs
+
+    class FakeLLM:
+        def __init__(self, **kwargs):
+            calls["engine"] = kwargs
+
+        def generate(self, prompts, sampling_params, use_tqdm):
+            calls["prompts"], calls["params"] = prompts, sampling_params
+            outs = []
+            for i, (p, sp) in enumerate(zip(prompts, sampling_params, strict=True)):
+                finish = "length" if i % 2 else "stop"
+                out = types.SimpleNamespace(text=f"seed={sp.kwargs['seed']}", token_ids=list(range(i + 1)), finish_reason=finish)
+                outs.append(types.SimpleNamespace(outputs=[out]))
+            return outs
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=FakeLLM, SamplingParams=FakeParams, __version__="0.24.0"))
+    sampling = preset("qwen3-thinking", max_new_tokens=128)
+    backend = build_backend("vllm", str(tiny_model_dir), sampling, tensor_parallel_size=4)
+    assert calls["engine"]["tensor_parallel_size"] == 4 and calls["engine"]["enable_prefix_caching"]
+    requests = [GenerationRequest("a/0", [{"role": "user", "content": "hi"}], [11, 12, 13], 1),
+                GenerationRequest("a/1", [{"role": "user", "content": "yo"}], [21, 22, 23], 2)]
+    results = backend.generate(requests)
+    assert [[c.seed for c in row] for row in results] == [[11, 12, 13], [21, 22, 23]]
+    assert [[c.text for c in row] for row in results] == [[f"seed={s}" for s in r.seeds] for r in requests]
+    assert [c.truncated for c in results[0]] == [False, True, False]
+    assert [c.num_tokens for c in results[1]] == [4, 5, 6]
+    first = calls["params"][0].kwargs
+    assert (first["temperature"], first["top_p"], first["top_k"], first["max_tokens"], first["n"]) == (0.6, 0.95, 20, 128, 1)
+    prompt_text = backend.tokenizer.decode(calls["prompts"][0]["prompt_token_ids"])
+    assert prompt_text.endswith("<|im_start|>assistant\n<think>\n")  # chat template with enable_thinking
+    assert backend.describe()["vllm_version"] == "0.24.0"
+
+
+def test_vllm_backend_without_vllm_says_what_to_do(tiny_model_dir, monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    with pytest.raises(ImportError, match="--backend transformers"):
+        build_backend("vllm", str(tiny_model_dir), preset("qwen3-thinking"))
+    with pytest.raises(ValueError, match="unknown backend"):
+        build_backend("sglang", str(tiny_model_dir), preset("qwen3-thinking"))
+
+
+def test_transformers_backend_end_of_sequence_handling(tiny_backend):
+    eos = tiny_backend.eos_ids[0]
+    finished = tiny_backend._completion([5, 6, eos, eos, eos], seed=1)
+    assert (finished.num_tokens, finished.truncated) == (3, False)
+    assert finished.text == tiny_backend.tokenizer.decode([5, 6])
+    running = tiny_backend._completion([5] * SAMPLING.max_new_tokens, seed=1)
+    assert (running.num_tokens, running.truncated) == (SAMPLING.max_new_tokens, True)
