@@ -34,7 +34,7 @@ from data_prep.code_prompts import code_messages
 from data_prep.code_sources import CODE_SOURCE_TABLE, CodeProblem, Notes
 from data_prep.code_test_caps import CodeTestCaps, apply_test_caps
 from data_prep.errors import DataPrepError, RowError
-from data_prep.livecodebench_releases import RELEASE_FILES
+from data_prep.livecodebench_releases import LIVECODEBENCH_HF_DATASET, RELEASE_FILES
 from data_prep.pipeline import Dropped, PipelineOptions, PreparedRow, run_pipeline
 from data_prep.readers import InputSpec, RawRecord, open_records
 
@@ -92,7 +92,15 @@ def build_code_row(source: str, split: str, problem: CodeProblem, tests, origin:
     }
 
 
-def make_code_converter(split: str, filters: CodeFilters, caps: CodeTestCaps, with_system_message: bool):
+def origin_of(spec: InputSpec, release: str) -> str:
+    """``extra_info.origin``: the input, plus the release tag when release shards were read."""
+    reads_release_shards = spec.hf_dataset == LIVECODEBENCH_HF_DATASET or (spec.path is not None and spec.path.is_dir())
+    if reads_release_shards and not spec.hf_config:  # a config in the input already names the release
+        return f"{spec.origin} ({release})"
+    return spec.origin
+
+
+def make_code_converter(split: str, filters: CodeFilters, caps: CodeTestCaps, with_system_message: bool, release: str):
     """The per-row converter of the pipeline for code sources."""
 
     def convert(spec: InputSpec, record: RawRecord, ordinal: int) -> PreparedRow | Dropped:
@@ -120,7 +128,7 @@ def make_code_converter(split: str, filters: CodeFilters, caps: CodeTestCaps, wi
         if capped.removed_by_bytes:
             notes["problems with tests removed by --max-test-bytes"] = 1
             notes["tests removed by --max-test-bytes"] = capped.removed_by_bytes
-        row = build_code_row(spec.source, split, problem, capped.kept, spec.origin, with_system_message)
+        row = build_code_row(spec.source, split, problem, capped.kept, origin_of(spec, release), with_system_message)
         return PreparedRow(row, problem.question, row["reward_model"]["ground_truth"], dict(notes))
 
     return convert
@@ -142,8 +150,9 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     add_common_arguments(parser, tuple(CODE_SOURCE_TABLE))
     parser.add_argument(
-        "--release", choices=sorted(RELEASE_FILES), default=DEFAULT_RELEASE,
-        help=f"LiveCodeBench release read from a folder or the hub id (default {DEFAULT_RELEASE})",
+        "--release", choices=sorted(RELEASE_FILES), default=DEFAULT_RELEASE, metavar="TAG",
+        help="LiveCodeBench release read from a folder or the hub id: release_v1 .. release_v6, release_latest, "
+        f"vN (one shard) or vA_vB (shards A..B); default {DEFAULT_RELEASE}",
     )
     parser.add_argument("--start-date", type=_date, help="keep problems with contest_date on or after this day (YYYY-MM-DD)")
     parser.add_argument("--end-date", type=_date, help="keep problems with contest_date up to this day 00:00 (YYYY-MM-DD)")
@@ -193,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             skip_bad_rows=args.skip_bad_rows,
             progress=args.progress,
         )
-        converter = make_code_converter(split, filters, caps_for(split, args), args.system_message)
+        converter = make_code_converter(split, filters, caps_for(split, args), args.system_message, args.release)
         return run_pipeline(specs, lambda spec: open_records(spec, args.release), converter, options)
 
     return run_cli(run, args)

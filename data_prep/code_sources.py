@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -275,7 +276,7 @@ class CodeSource:
     name: str
     split: str
     hf_datasets: tuple[str, ...]
-    read: Any  # Callable[[dict, int, Notes], CodeProblem]
+    read: Callable[[dict[str, Any], int, "Notes"], CodeProblem]
 
 
 CODE_SOURCE_TABLE: dict[str, CodeSource] = {

@@ -22,10 +22,10 @@ class CodeTestCaps:
     max_bytes: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_tests", "max_bytes"):
+        for name, option in (("max_tests", "--max-tests"), ("max_bytes", "--max-test-bytes")):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise DataPrepError(f"--{name.replace('_', '-')} must be at least 1 (got {value}); omit it for no cap")
+                raise DataPrepError(f"{option} must be at least 1 (got {value}); omit it for no cap")
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ def test_v6_window(fixtures, tmp_path):
     assert summary["dropped"] == {"contest_date before 2025-02-01": 5, "contest_date after 2025-05-01": 1}
     assert {r["extra_info"]["split"] for r in rows} == {"test"}
     assert all(r["data_source"] == "livecodebench" and r["ability"] == "code" for r in rows)
+    assert {r["extra_info"]["origin"] for r in rows} == {"code_generation_lite (release_v6)"}
 
 
 def test_public_and_private_tests_are_joined(fixtures, tmp_path):
