@@ -85,31 +85,28 @@ def fixtures_dir() -> Path:
     return FIXTURES
 
 
-def write_synthetic_run(run_dir: Path, per_source_p: dict[str, list[float]], k: int, seed: int) -> Path:
-    """A finished run directory in generate's format whose problem p of each data_source is solved
-    with probability per_source_p[source][p] (samples drawn with numpy from ``seed``)."""
+def write_synthetic_run(run_dir: Path, correct: dict, seed: int = 0, n_problems: int | None = None) -> Path:
+    """A run directory in generate's format from given correctness: ``correct[data_source]`` is a
+    (problems, k) 0/1 array. ``n_problems`` larger than the rows given makes an unfinished run."""
     import numpy as np
 
     from dfpo.evaluation.run_store import RunStore
-    from dfpo.evaluation.summary import summarize
 
-    rng = np.random.default_rng(seed)
-    n_problems = sum(len(v) for v in per_source_p.values())
+    arrays = {src: np.asarray(v, dtype=float) for src, v in correct.items()}
+    k = next(iter(arrays.values())).shape[1]
+    total = sum(a.shape[0] for a in arrays.values())
     manifest = {"model": f"synthetic-{seed}", "data": [], "backend": {"name": "synthetic"}, "sampling": {},
-                "k": k, "seed": seed, "scorer": "synthetic", "n_problems": n_problems}
+                "k": k, "seed": seed, "scorer": "synthetic", "n_problems": n_problems or total}
     store = RunStore(run_dir, manifest)
     store.open()
-    records_all = []
-    for source, probs in per_source_p.items():
-        for i, p in enumerate(probs):
-            correct = rng.random(k) < p
-            records = [{"problem_id": f"{source}/{i}", "data_source": source, "difficulty": None, "row": i,
-                        "sample_index": j, "seed": seed, "response": "r", "num_tokens": int(100 + 10 * j),
-                        "truncated": j == 0, "score": float(c), "acc": float(c), "pred": None, "reason": "synthetic",
-                        "details": {}} for j, c in enumerate(correct)]
-            store.append_problem(records)
-            records_all += records
-    store.write_summary({"manifest": store.manifest, **summarize(records_all, k)})
+    for source, array in arrays.items():
+        for i, row in enumerate(array):
+            store.append_problem([
+                {"problem_id": f"{source}/{i}", "data_source": source, "difficulty": None, "row": i,
+                 "sample_index": j, "seed": seed, "response": "r", "num_tokens": 100 + 10 * j,
+                 "truncated": j == 0, "score": float(c), "acc": float(c), "pred": None, "reason": "synthetic",
+                 "details": {}}
+                for j, c in enumerate(row)])
     return run_dir
 
 
