@@ -126,8 +126,8 @@ def convert_test_list(tests: Any, notes: Notes) -> tuple[list[CodeTest], str | N
         if not isinstance(inputs, list) or not isinstance(outputs, list) or len(inputs) != len(outputs):
             raise RowError("invalid tests", "APPS-layout tests need lists 'inputs' and 'outputs' of equal length")
         if fn_name is not None:
-            return [_function_call_test(i, o, notes) for i, o in zip(inputs, outputs)], str(fn_name)
-        return [CodeTest(_lines(i, "input", notes), _lines(o, "output", notes), "stdin") for i, o in zip(inputs, outputs)], None
+            return [_function_call_test(i, o, notes) for i, o in zip(inputs, outputs, strict=True)], str(fn_name)
+        return [CodeTest(_lines(i, "input", notes), _lines(o, "output", notes), "stdin") for i, o in zip(inputs, outputs, strict=True)], None
     if not isinstance(tests, list):
         raise RowError("invalid tests", f"tests must be a list or an APPS-layout object, got {type(tests).__name__}")
     converted: list[CodeTest] = []

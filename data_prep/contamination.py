@@ -63,7 +63,7 @@ def read_prepared_problems(path: Path) -> list[tuple[str, str, str]]:
         raise DataPrepError(f"{path}: evaluation file does not exist (prepare it first with python -m data_prep.math/code)")
     table = pq.read_table(path, columns=["data_source", "extra_info"])
     rows = []
-    for position, (source, extra_info) in enumerate(zip(table["data_source"].to_pylist(), table["extra_info"].to_pylist())):
+    for position, (source, extra_info) in enumerate(zip(table["data_source"].to_pylist(), table["extra_info"].to_pylist(), strict=True)):
         if not isinstance(extra_info, dict) or not isinstance(extra_info.get("problem"), str):
             raise DataPrepError(
                 f"{path} row {position}: extra_info.problem is missing; the contamination check reads files written by "

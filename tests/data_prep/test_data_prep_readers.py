@@ -4,7 +4,6 @@ release shards, and the Hugging Face paths (with the hub replaced by local stand
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
