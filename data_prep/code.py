@@ -203,7 +203,10 @@ def main(argv: list[str] | None = None) -> int:
             progress=args.progress,
         )
         converter = make_code_converter(split, filters, caps_for(split, args), args.system_message, args.release)
-        return run_pipeline(specs, lambda spec: open_records(spec, args.release), converter, options)
+        def open_input(spec: InputSpec):  # only LiveCodeBench inputs are read as release shards
+            return open_records(spec, args.release if spec.source == "livecodebench" else None)
+
+        return run_pipeline(specs, open_input, converter, options)
 
     return run_cli(run, args)
 

@@ -99,11 +99,16 @@ def parse_input_spec(text: str, known_sources: tuple[str, ...]) -> InputSpec:
 
 
 def _iter_jsonl(path: Path) -> Iterator[RawRecord]:
-    with path.open("r", encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
+    with path.open("rb") as handle:
+        for line_number, raw_line in enumerate(handle, start=1):
+            if not raw_line.strip():
                 continue
             location = f"{path}:line {line_number}"
+            try:
+                line = raw_line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                yield RawRecord(location, None, ("invalid UTF-8", f"not UTF-8 text (byte {exc.start})"))
+                continue
             try:
                 data = json.loads(line)
             except json.JSONDecodeError as exc:
@@ -141,10 +146,18 @@ def _iter_json(path: Path, rows: list[Any]) -> Iterator[RawRecord]:
 
 
 def _iter_parquet(path: Path) -> Iterator[RawRecord]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     row_number = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=PARQUET_BATCH_ROWS):
+    batches = pq.ParquetFile(path).iter_batches(batch_size=PARQUET_BATCH_ROWS)
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except (pa.ArrowException, OSError) as exc:
+            raise DataPrepError(f"{path}: cannot read the rows after row {row_number} ({exc}); the file is damaged") from None
         for data in batch.to_pylist():
             yield RawRecord(f"{path} row {row_number}", data)
             row_number += 1
@@ -189,13 +202,29 @@ def _livecodebench_release_paths(spec: InputSpec, release: str) -> list[Path]:
         return [spec.path / name for name in names]
     from huggingface_hub import hf_hub_download
 
-    return [Path(hf_hub_download(repo_id=spec.hf_dataset, filename=name, repo_type="dataset")) for name in names]
+    paths = []
+    for name in names:
+        try:
+            paths.append(Path(hf_hub_download(repo_id=spec.hf_dataset, filename=name, repo_type="dataset")))
+        except Exception as exc:  # network, authentication and missing-file errors of huggingface_hub
+            raise DataPrepError(
+                f"{spec.location}: cannot download {name} of {spec.hf_dataset} ({type(exc).__name__}: {exc}); "
+                "check the network, or download the release files and pass their folder instead"
+            ) from exc
+    return paths
 
 
 def _open_hf_dataset(spec: InputSpec) -> RecordStream:
     import datasets
 
-    loaded = datasets.load_dataset(spec.hf_dataset, name=spec.hf_config, split=spec.hf_split)
+    try:
+        loaded = datasets.load_dataset(spec.hf_dataset, name=spec.hf_config, split=spec.hf_split)
+    except Exception as exc:  # datasets raises many types (not found, bad config/split, network)
+        raise DataPrepError(
+            f"{spec.location}: cannot load {spec.hf_dataset} (config {spec.hf_config}, split {spec.hf_split}) with "
+            f"datasets.load_dataset ({type(exc).__name__}: {exc}); check the id, config and split on the hub, the "
+            "network and HF_TOKEN, or pass a local file instead"
+        ) from exc
     if isinstance(loaded, datasets.DatasetDict):
         splits = list(loaded)
         if len(splits) != 1:

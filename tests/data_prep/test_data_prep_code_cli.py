@@ -254,3 +254,8 @@ def test_malformed_training_tests_name_the_row(tests, message, tmp_path, capsys)
     assert run(["--input", f"deepcoder={path}", "--output", str(tmp_path / "o.parquet")]) == 2
     err = capsys.readouterr().err
     assert f"{path}:line 2: " in err and message in err
+
+
+def test_only_livecodebench_reads_a_release_folder(fixtures, tmp_path, capsys):
+    assert run(["--input", f"deepcoder={fixtures / 'code_generation_lite'}", "--output", str(tmp_path / "o.parquet")]) == 2
+    assert "only the livecodebench source accepts it" in capsys.readouterr().err

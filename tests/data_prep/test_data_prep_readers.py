@@ -58,6 +58,21 @@ def test_jsonl_rows_carry_line_numbers_and_bad_lines_are_marked(tmp_path):
     assert records[3].data == {"a": 2}
 
 
+def test_invalid_utf8_line_is_marked(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b'{"a": 1}\n{"a": "\xff"}\n')
+    records = list(open_records(parse_input_spec(f"aime25={path}", SOURCES)).records)
+    assert records[0].data == {"a": 1}
+    assert records[1].error == ("invalid UTF-8", "not UTF-8 text (byte 7)")
+
+
+def test_damaged_parquet_is_an_error_naming_the_file(tmp_path):
+    path = tmp_path / "rows.parquet"
+    path.write_bytes(b"PAR1 this is not really parquet PAR1")
+    with pytest.raises(DataPrepError, match=f"{path}: cannot read as parquet"):
+        open_records(parse_input_spec(f"aime25={path}", SOURCES))
+
+
 def test_json_file_must_hold_a_list(tmp_path):
     path = tmp_path / "rows.json"
     path.write_text(json.dumps({"problem": "x"}))
@@ -136,6 +151,21 @@ def test_hf_dataset_ids_go_through_datasets(monkeypatch):
     assert records[1].location == "math-ai/aime25@test row 1"
     with pytest.raises(DataPrepError, match="choose one with @SPLIT"):
         open_records(parse_input_spec("aime25=hf:math-ai/aime25", SOURCES))
+
+
+def test_hub_failures_become_clear_errors(monkeypatch):
+    import datasets
+    import huggingface_hub
+
+    def no_network(*args, **kwargs):
+        raise ConnectionError("offline")
+
+    monkeypatch.setattr(datasets, "load_dataset", no_network)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", no_network)
+    with pytest.raises(DataPrepError, match=r"cannot load math-ai/aime25 \(config None, split test\).*ConnectionError: offline"):
+        open_records(parse_input_spec("aime25=hf:math-ai/aime25@test", SOURCES))
+    with pytest.raises(DataPrepError, match="cannot download test.jsonl of livecodebench/code_generation_lite"):
+        open_records(parse_input_spec("livecodebench=hf:livecodebench/code_generation_lite", SOURCES), "release_v1")
 
 
 def test_parquet_rows_stream_in_order(tmp_path):
