@@ -29,6 +29,7 @@ Test layouts met in these sources and how they map to :class:`CodeTest`:
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections.abc import Callable
@@ -71,6 +72,26 @@ def _json_field(value: Any, what: str) -> Any:
         except json.JSONDecodeError as exc:
             raise RowError(f"invalid {what}", f"{what} is not valid JSON ({exc.msg})") from None
     return value
+
+
+def _test_field(value: Any, what: str, notes: Notes) -> Any:
+    """A tests field: JSON text, or (as some APPS-derived rows have) a Python literal.
+
+    ``ast.literal_eval`` only builds literals (no names, calls or attribute access), so it runs
+    no code from the row; deep nesting or huge literals are reported as a bad row.
+    """
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        json_error = exc.msg
+    try:
+        parsed = ast.literal_eval(value)
+    except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):
+        raise RowError(f"invalid {what}", f"{what} is not valid JSON ({json_error}) nor a Python literal") from None
+    notes.add(f"{what} written as a Python literal (read with ast.literal_eval)")
+    return parsed
 
 
 def _required_text(data: dict[str, Any], key: str) -> str:
@@ -120,7 +141,7 @@ def _livecodebench_test(test: dict[str, Any], position: int) -> CodeTest:
 
 def convert_test_list(tests: Any, notes: Notes) -> tuple[list[CodeTest], str | None]:
     """Tests in any of the layouts listed in the module docstring, and the function name."""
-    tests = _json_field(tests, "tests")
+    tests = _test_field(tests, "tests", notes)
     if isinstance(tests, dict):  # TACO / APPS: {"inputs": [...], "outputs": [...], "fn_name": ...}
         inputs, outputs, fn_name = tests.get("inputs"), tests.get("outputs"), tests.get("fn_name") or None
         if not isinstance(inputs, list) or not isinstance(outputs, list) or len(inputs) != len(outputs):
@@ -251,7 +272,7 @@ def read_deepcoder_row(data: dict[str, Any], ordinal: int, notes: Notes) -> Code
 def read_primeintellect_row(data: dict[str, Any], ordinal: int, notes: Notes) -> CodeProblem:
     """A row of PrimeIntellect/verifiable-coding-problems."""
     question, starter = split_primeintellect_prompt(_required_text(data, "prompt"))
-    info = _json_field(data.get("verification_info"), "verification_info")
+    info = _test_field(data.get("verification_info"), "verification_info", notes)
     if not isinstance(info, dict) or "test_cases" not in info:
         raise RowError("invalid verification_info", "verification_info must be an object with test_cases")
     tests, fn_name = convert_test_list(info["test_cases"], notes)

@@ -238,7 +238,8 @@ def test_training_set_decontaminated_against_lcb(fixtures, tmp_path):
 @pytest.mark.parametrize(
     ("tests", "message"),
     [
-        ("not json", "tests is not valid JSON"),
+        ("not json", "tests is not valid JSON (Expecting value) nor a Python literal"),
+        ("__import__('os').system('true')", "nor a Python literal"),
         (json.dumps([{"type": "stdin_stdout", "input": 3, "output": "3"}]), "must be a string or a list of strings"),
         (json.dumps([{"type": "function_call", "input": "7", "output": "[7]", "fn_name": "f"}]), "list of arguments"),
         (json.dumps([{"type": "weird", "input": "1", "output": "1"}]), "unknown type 'weird'"),
@@ -259,3 +260,14 @@ def test_malformed_training_tests_name_the_row(tests, message, tmp_path, capsys)
 def test_only_livecodebench_reads_a_release_folder(fixtures, tmp_path, capsys):
     assert run(["--input", f"deepcoder={fixtures / 'code_generation_lite'}", "--output", str(tmp_path / "o.parquet")]) == 2
     assert "only the livecodebench source accepts it" in capsys.readouterr().err
+
+
+def test_python_literal_tests_are_read_without_running_code(tmp_path):
+    path = tmp_path / "literal.jsonl"
+    tests = "[{'type': 'stdin_stdout', 'input': '1\\n', 'output': '2\\n', 'fn_name': None}]"
+    path.write_text(json.dumps({"problem": "Add one.", "tests": tests}) + "\n")
+    output, summary = tmp_path / "o.parquet", tmp_path / "s.json"
+    assert run(["--input", f"deepcoder={path}", "--output", str(output), "--summary-json", str(summary)]) == 0
+    tests_read, _ = decode_ground_truth(read_rows(output)[0]["reward_model"]["ground_truth"])
+    assert [(t.input, t.output) for t in tests_read] == [("1\n", "2\n")]
+    assert read_summary(summary)["notes"] == {"tests written as a Python literal (read with ast.literal_eval)": 1}
