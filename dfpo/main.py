@@ -1,0 +1,54 @@
+"""``python -m dfpo.main`` — verl's PPO entry point with DFPO's trainer, config and worker.
+
+    python -m dfpo.main data.train_files=... actor_rollout_ref.model.path=... \
+        actor_rollout_ref.actor.policy_loss.dfpo_transform=orth_proj
+
+It is verl's ``main_ppo`` with three differences, all through verl's extension points: the config
+is ``dfpo/config/dfpo_trainer.yaml`` (verl's ``ppo_trainer`` plus DFPO's defaults), the Ray
+TaskRunner imports :mod:`dfpo.trainer` so that ``trainer.v1.trainer_mode=dfpo_sync`` resolves,
+and the baselines (GSPO, GRPO, GRPO-fix) can run through the same trainer to get the ``dfpo/``
+learning-tax diagnostics: override ``policy_loss.loss_mode`` and ``algorithm.adv_estimator``.
+"""
+
+from __future__ import annotations
+
+import hydra
+import ray
+from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+from verl.trainer.ppo.utils import need_critic, need_reference_policy
+from verl.utils.config import validate_config
+from verl.utils.device import auto_set_device
+
+_TaskRunnerV1 = TaskRunnerV1.__ray_actor_class__
+
+
+class DFPOTaskRunner(_TaskRunnerV1):
+    """verl's V1 TaskRunner, with DFPO's trainer registered in the TaskRunner process."""
+
+    def run(self, config):
+        import dfpo.trainer  # noqa: F401  (registers trainer_mode=dfpo_sync)
+
+        return super().run(config)
+
+
+def check_trainer_mode(config) -> None:
+    """DFPO needs verl's V1 trainer in dfpo's sync mode; say how to fix anything else."""
+    if not config.trainer.use_v1:
+        raise ValueError("dfpo.main runs verl's V1 trainer only: remove trainer.use_v1=false")
+    if config.trainer.v1.trainer_mode != "dfpo_sync":
+        raise ValueError(
+            f"trainer.v1.trainer_mode={config.trainer.v1.trainer_mode!r}: dfpo.main needs 'dfpo_sync' "
+            "(verl's sync trainer with DFPO's actor worker)"
+        )
+
+
+@hydra.main(config_path="config", config_name="dfpo_trainer", version_base=None)
+def main(config) -> None:
+    auto_set_device(config)
+    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    check_trainer_mode(config)
+    run_ppo(config, task_runner_class=ray.remote(num_cpus=1)(DFPOTaskRunner))
+
+
+if __name__ == "__main__":
+    main()

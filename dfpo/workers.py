@@ -1,0 +1,194 @@
+"""verl workers with exact DFPO group statistics (subclasses; nothing in verl is modified).
+
+* :class:`DFPOTrainingWorker` — verl's ``TrainingWorker`` that, once per ``update_actor`` step,
+  tags every row with its group id and its group's common-prefix length (computed across ranks),
+  and before each mini-batch's gradient pass runs :func:`dfpo.group_prepass.exact_group_weights`
+  and attaches W, W̃ (and the no-stop-grad coefficients) to the mini-batch rows. After each
+  mini-batch it adds the ``dfpo/`` diagnostics to verl's metrics.
+* :class:`DFPOActorRolloutRefWorker` — verl's ``ActorRolloutRefWorker`` using that actor and
+  wrapping verl's actor loss with :class:`dfpo.verl_loss_fn.DFPOLossFunction`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from verl.single_controller.base.decorator import Dispatch, register
+from verl.utils import tensordict_utils as tu
+from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
+from verl.workers.utils.padding import response_from_nested
+
+from dfpo.distributed import all_gather_objects
+from dfpo.group_ids import group_ids
+from dfpo.group_prepass import StepRows, exact_group_weights
+from dfpo.learning_tax import LearningTaxRecorder
+from dfpo.loss_config import DFPOPolicyLossConfig
+from dfpo.shared_prefix import shared_prefix_lengths_across_ranks
+from dfpo.verl_loss_fn import (
+    GRAD_COEF_FIELD,
+    GROUP_ID_FIELD,
+    PREFIX_LEN_FIELD,
+    TRANSFORMED_WEIGHT_FIELD,
+    WEIGHT_FIELD,
+    DFPOLossFunction,
+)
+
+ROW_ID_FIELD = "dfpo_row_id"
+
+
+@dataclass
+class _Step:
+    """What one ``train_mini_batch`` call (one training step on this rank) shares with its mini-batches."""
+
+    data: Any  # the rank's step TensorDict (fields for forwarding rows again)
+    rows: StepRows
+    metrics: dict[str, float]
+    mini_batches_done: int = 0
+
+
+def _uids(data) -> list:
+    if "uid" not in data.keys():
+        raise RuntimeError(
+            "DFPO needs the batch's `uid` field (one id per prompt) in update_actor; verl's trainer provides it. "
+            "If you call update_actor yourself, add `uid` as a NonTensorStack of strings."
+        )
+    uids = data["uid"]
+    return uids.tolist() if hasattr(uids, "tolist") else list(uids)
+
+
+def _prefix_metrics(rows: StepRows, dp_group) -> dict[str, float]:
+    """Share of response tokens inside their group's common prefix, and the mean prefix length."""
+    lengths = rows.response_mask.to(torch.bool).sum(-1)
+    shared = torch.minimum(rows.prefix_len, lengths)
+    per_group = {int(g): int(p) for g, p, n in zip(rows.group_id.tolist(), rows.prefix_len.tolist(), lengths.tolist()) if n > 0}
+    parts = all_gather_objects((int(shared.sum()), int(lengths.sum()), per_group), dp_group)
+    tokens_shared = sum(p[0] for p in parts)
+    tokens = sum(p[1] for p in parts)
+    groups: dict[int, int] = {}
+    for p in parts:
+        groups.update(p[2])
+    return {
+        "dfpo/shared_prefix_token_frac": tokens_shared / max(tokens, 1),
+        "dfpo/common_prefix_len_mean": sum(groups.values()) / max(len(groups), 1),
+    }
+
+
+class DFPOTrainingWorker(TrainingWorker):
+    """verl's TrainingWorker plus DFPO's per-step tagging, exact pre-pass and diagnostics."""
+
+    _dfpo_config: Any = None
+    _dfpo_loss: DFPOLossFunction | None = None
+    _dfpo_step: _Step | None = None
+
+    def enable_dfpo(self, actor_config: Any, loss_fn: DFPOLossFunction) -> None:
+        """Turn DFPO's bookkeeping on (called by :class:`DFPOActorRolloutRefWorker`)."""
+        self._dfpo_config = actor_config
+        self._dfpo_loss = loss_fn
+
+    # -- one training step -------------------------------------------------------------------
+    def train_mini_batch(self, data):
+        if self._dfpo_loss is None:
+            return super().train_mini_batch(data)
+        self._dfpo_step = self._prepare_step(data)
+        try:
+            return super().train_mini_batch(data)
+        finally:
+            self._dfpo_step = None
+
+    def _prepare_step(self, data) -> _Step:
+        dp_group = self.engine.get_data_parallel_group()
+        gid = group_ids(_uids(data))
+        fields = ["responses", "response_mask", "old_log_probs", "advantages"]
+        if "rollout_is_weights" in data.keys():
+            fields.append("rollout_is_weights")
+        padded = data.select(*fields).to_padded_tensor()
+        mask = padded["response_mask"].to(torch.bool)
+        prefix = shared_prefix_lengths_across_ranks(gid, padded["responses"], mask, dp_group)
+        data[GROUP_ID_FIELD] = gid
+        data[PREFIX_LEN_FIELD] = prefix
+        data[ROW_ID_FIELD] = torch.arange(len(gid))
+        rows = StepRows(
+            group_id=gid,
+            old_log_prob=padded["old_log_probs"].cpu(),
+            advantages=padded["advantages"].cpu(),
+            response_mask=mask.cpu(),
+            rollout_is_weights=padded["rollout_is_weights"].cpu() if "rollout_is_weights" in fields else None,
+            prefix_len=prefix,
+        )
+        return _Step(data=data, rows=rows, metrics=_prefix_metrics(rows, dp_group))
+
+    # -- one mini-batch ------------------------------------------------------------------------
+    def train_batch(self, data):
+        step = self._dfpo_step
+        if step is None:
+            return super().train_batch(data)
+        dp_group = self.engine.get_data_parallel_group()
+        metrics = dict(step.metrics)
+        options = self._dfpo_config.policy_loss
+        if self._dfpo_loss.loss_mode == "dfpo" and isinstance(options, DFPOPolicyLossConfig) and options.dfpo_exact_groups:
+            result = exact_group_weights(
+                step.rows,
+                data[ROW_ID_FIELD].cpu(),
+                transform=options.dfpo_transform,
+                scale=options.dfpo_scale,
+                stop_grad=options.dfpo_stop_grad,
+                scope_prefix=options.dfpo_scope == "shared_prefix",
+                at_old_params=step.mini_batches_done == 0 and not self._old_log_probs_from_rollout(),
+                log_prob_fn=partial(self._log_probs_at_current_params, step),
+                dp_group=dp_group,
+                forward_multiple=self._forward_multiple(),
+            )
+            data[WEIGHT_FIELD] = result.group_weights.weights
+            data[TRANSFORMED_WEIGHT_FIELD] = result.group_weights.transformed
+            if result.group_weights.grad_coef is not None:
+                data[GRAD_COEF_FIELD] = result.group_weights.grad_coef
+            metrics.update(result.metrics)
+        step.mini_batches_done += 1
+        output = super().train_batch(data)
+        metrics.update(self._dfpo_loss.recorder.reduce(dp_group))
+        if output is not None:
+            tu.get(output, "metrics").update(metrics)
+        return output
+
+    def _old_log_probs_from_rollout(self) -> bool:
+        """Rollout-correction bypass mode: old log-probs are the rollout's, so θ ≠ θ_old from the start."""
+        correction = getattr(self._dfpo_config.policy_loss, "rollout_correction", None)
+        return bool(getattr(correction, "bypass_mode", False))
+
+    def _forward_multiple(self) -> int:
+        if self.engine_config.use_dynamic_bsz:
+            return 1
+        return int(self.engine_config.infer_micro_batch_size_per_gpu or 1)
+
+    def _log_probs_at_current_params(self, step: _Step, rows: torch.Tensor) -> torch.Tensor:
+        """(n, T) log π_θ of step rows ``rows`` with one no-grad forward (verl's own infer path)."""
+        sub = tu.index_select_tensor_dict(step.data, rows)
+        tu.assign_non_tensor(sub, compute_loss=False, calculate_entropy=False, disable_auto_offload=True)
+        output = self.infer_batch(sub)
+        if output is None:
+            raise RuntimeError("dfpo pre-pass: this rank got no log-probs back from infer_batch (model-parallel rank?)")
+        log_probs = response_from_nested(output["log_probs"], sub["response_mask"]).to_padded_tensor(0.0)
+        width = step.rows.old_log_prob.shape[-1]
+        return F.pad(log_probs, (0, width - log_probs.shape[-1])).cpu()
+
+
+class DFPOActorRolloutRefWorker(ActorRolloutRefWorker):
+    """verl's ActorRolloutRefWorker with :class:`DFPOTrainingWorker` and DFPO's loss wrapper."""
+
+    actor_worker_cls = DFPOTrainingWorker
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self):
+        super().init_model()
+        if self.actor is None or not isinstance(self.actor, DFPOTrainingWorker):
+            return
+        inner = self.loss_fn
+        actor_config = inner.keywords["config"]
+        loss_fn = DFPOLossFunction(inner, actor_config, LearningTaxRecorder())
+        self.loss_fn = loss_fn
+        self.actor.set_loss_fn(loss_fn)
+        self.actor.enable_dfpo(actor_config, loss_fn)
