@@ -21,7 +21,8 @@ from data_prep.parquet_output import ValidatedParquetWriter
 from data_prep.readers import InputSpec, RawRecord, RecordStream
 from data_prep.summary import RunSummary, with_progress
 
-# How many contamination matches and skipped bad rows are listed one by one.
+# How many rows of each kind (skipped bad rows, answer conflicts, contamination matches)
+# are listed one by one; the rest are counted.
 LISTED_DETAILS = 10
 
 
@@ -58,9 +59,31 @@ class PipelineOptions:
 
 
 @dataclass
+class RowDetails:
+    """Per-row lines worth reading (first ``LISTED_DETAILS`` of each kind, the rest counted)."""
+
+    lines: list[str] = field(default_factory=list)
+    per_kind: dict[str, int] = field(default_factory=dict)
+
+    def add(self, kind: str, line: str) -> None:
+        seen = self.per_kind.get(kind, 0)
+        self.per_kind[kind] = seen + 1
+        if seen < LISTED_DETAILS:
+            self.lines.append(line)
+
+    def format(self) -> list[str]:
+        unlisted = [
+            f"... and {count - LISTED_DETAILS} more {kind} not listed"
+            for kind, count in self.per_kind.items()
+            if count > LISTED_DETAILS
+        ]
+        return self.lines + unlisted
+
+
+@dataclass
 class PipelineResult:
     summary: RunSummary
-    details: list[str]
+    details: RowDetails
 
 
 def run_pipeline(
@@ -71,7 +94,7 @@ def run_pipeline(
 ) -> PipelineResult:
     """Convert, filter, dedup, check and write every row of ``inputs`` to ``options.output``."""
     summary = RunSummary(output=str(options.output))
-    details: list[str] = []
+    details = RowDetails()
     dedup = Deduplicator() if options.dedup else None
     writer = ValidatedParquetWriter(options.output)
     try:
@@ -102,7 +125,7 @@ def _process(
     dedup: Deduplicator | None,
     writer: ValidatedParquetWriter,
     summary: RunSummary,
-    details: list[str],
+    details: RowDetails,
 ) -> None:
     try:
         if record.error is not None:
@@ -112,8 +135,7 @@ def _process(
         if not options.skip_bad_rows:
             raise MalformedRowError(record.location, exc.reason, exc.detail) from None
         summary.drop(f"malformed: {exc.reason}", record.location)
-        if summary.dropped[f"malformed: {exc.reason}"] <= LISTED_DETAILS:
-            details.append(f"skipped {record.location}: {exc.detail}")
+        details.add("skipped bad rows", f"skipped {record.location}: {exc.detail}")
         return
     if isinstance(outcome, Dropped):
         summary.drop(outcome.reason, record.location)
@@ -124,13 +146,18 @@ def _process(
             summary.drop("duplicate problem", record.location)
             if found.answer_differs:
                 summary.note("duplicates whose answer differs from the kept copy (kept the first)")
-                details.append(f"{record.location}: same problem as {found.first_location} with a different answer")
+                details.add(
+                    "answer conflicts",
+                    f"{record.location}: same problem as {found.first_location} with a different answer",
+                )
             return
     if options.evaluation_index is not None:
         match = options.evaluation_index.match(outcome.problem)
         if match is not None:
-            if len(details) < 4 * LISTED_DETAILS:
-                details.append(f"{record.location}: {match.kind} match with evaluation problem {match.evaluation_problem}")
+            details.add(
+                "contamination matches",
+                f"{record.location}: {match.kind} match with evaluation problem {match.evaluation_problem}",
+            )
             if options.drop_contaminated:
                 summary.drop(f"contaminated ({match.kind} match with an evaluation problem)", record.location)
                 return
@@ -144,7 +171,7 @@ def _process(
 
 def report(result: PipelineResult, summary_json: str | None) -> None:
     """Print the details and the summary (stdout) and optionally save the summary as JSON."""
-    for line in result.details:
+    for line in result.details.format():
         print(line)
     print(result.summary.format())
     if summary_json:

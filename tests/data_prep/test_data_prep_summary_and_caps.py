@@ -70,3 +70,16 @@ def test_caps_must_be_positive():
         CodeTestCaps(max_tests=0)
     with pytest.raises(DataPrepError, match="--max-test-bytes must be at least 1"):
         CodeTestCaps(max_bytes=-5)
+
+
+def test_row_details_list_the_first_of_each_kind_and_count_the_rest():
+    from data_prep.pipeline import LISTED_DETAILS, RowDetails
+
+    details = RowDetails()
+    for i in range(LISTED_DETAILS + 3):
+        details.add("contamination matches", f"match {i}")
+    details.add("skipped bad rows", "skipped one")
+    lines = details.format()
+    assert lines[:LISTED_DETAILS] == [f"match {i}" for i in range(LISTED_DETAILS)]
+    assert "skipped one" in lines and f"match {LISTED_DETAILS}" not in lines
+    assert lines[-1] == "... and 3 more contamination matches not listed"
