@@ -257,6 +257,8 @@ def read_deepcoder_row(data: dict[str, Any], ordinal: int, notes: Notes) -> Code
         raise RowError("missing tests", f"no tests field; row has keys {', '.join(sorted(data))}")
     tests, fn_name = convert_test_list(data["tests"], notes)
     metadata = _json_field(data.get("metadata") or {}, "metadata")
+    if fn_name is None and isinstance(metadata, dict) and metadata.get("func_name"):
+        fn_name = str(metadata["func_name"])  # some rows name the function once, at row level
     difficulty = metadata.get("difficulty") if isinstance(metadata, dict) else None
     source_id = next((str(data[k]) for k in ("question_id", "problem_id", "id") if data.get(k) is not None), f"row {ordinal}")
     return CodeProblem(
