@@ -84,10 +84,12 @@ def run_evaluation(
     if unknown:
         raise ValueError(f"{store.samples_path} holds problems that are not in the data: {sorted(unknown)[:5]}")
     pending = [p for p in problems if p.problem_id not in done]
-    chunks = [pending[i:i + chunk_size] for i in range(0, len(pending), chunk_size)]
+    chunks = [pending[i : i + chunk_size] for i in range(0, len(pending), chunk_size)]
     bar = tqdm(total=len(problems), initial=len(done), unit="problem", desc="evaluate", disable=not progress)
 
-    def finish(chunk: list[EvalProblem], outputs: list[list[Completion]], jobs: list[list[ScoreJob]], handles: list[list[Any]]) -> None:
+    def finish(
+        chunk: list[EvalProblem], outputs: list[list[Completion]], jobs: list[list[ScoreJob]], handles: list[list[Any]]
+    ) -> None:
         for problem, completions, p_jobs, p_handles in zip(chunk, outputs, jobs, handles, strict=True):
             scores = scorer.collect(p_jobs, p_handles)
             store.append_problem(_records(problem, completions, scores))
@@ -96,9 +98,16 @@ def run_evaluation(
     in_flight: tuple | None = None
     try:
         for chunk in chunks:
-            outputs = backend.generate([make_request(p, k, base_seed) for p in chunk])
+            try:
+                outputs = backend.generate([make_request(p, k, base_seed) for p in chunk])
+            except BaseException:
+                if in_flight is not None:  # keep the chunk that was already generated and scored
+                    finish(*in_flight)
+                raise
             if len(outputs) != len(chunk) or any(len(o) != k for o in outputs):
-                raise RuntimeError(f"the backend returned {[len(o) for o in outputs]} samples for {len(chunk)} problems, k={k}")
+                raise RuntimeError(
+                    f"the backend returned {[len(o) for o in outputs]} samples for {len(chunk)} problems, k={k}"
+                )
             jobs = [_jobs(p, o) for p, o in zip(chunk, outputs, strict=True)]
             handles = [scorer.submit(j) for j in jobs]
             if in_flight is not None:
@@ -132,11 +141,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--top-k", type=int, help="top-k; 0 disables it")
     parser.add_argument("--min-p", type=float)
     parser.add_argument("--max-new-tokens", type=int)
-    parser.add_argument("--chat-template-kwargs", type=json.loads, help='JSON object, e.g. \'{"enable_thinking": true}\'')
+    parser.add_argument(
+        "--chat-template-kwargs", type=json.loads, help="JSON object, e.g. '{\"enable_thinking\": true}'"
+    )
     parser.add_argument("--scorer", default=DEFAULT_SCORER, help="module:function following reward/'s contract")
-    parser.add_argument("--score-workers", type=int, default=min(8, os.cpu_count() or 1),
-                        help="scoring processes (0 scores in this process)")
-    parser.add_argument("--chunk-size", type=int, help="problems per generation call (default: 64 vllm, 1 transformers)")
+    parser.add_argument(
+        "--score-workers",
+        type=int,
+        default=min(8, os.cpu_count() or 1),
+        help="scoring processes (0 scores in this process)",
+    )
+    parser.add_argument(
+        "--chunk-size", type=int, help="problems per generation call (default: 64 vllm, 1 transformers)"
+    )
     parser.add_argument("--limit", type=int, help="evaluate only the first N rows of each file (smoke tests)")
     parser.add_argument("--overwrite", action="store_true", help="discard an existing run in --output-dir")
     parser.add_argument("--no-progress", action="store_true")
@@ -160,8 +177,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"--k must be >= 1, got {args.k}")
     top_k = None if args.top_k == 0 else args.top_k
     sampling = preset(
-        args.preset, temperature=args.temperature, top_p=args.top_p, min_p=args.min_p,
-        max_new_tokens=args.max_new_tokens, chat_template_kwargs=args.chat_template_kwargs,
+        args.preset,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        max_new_tokens=args.max_new_tokens,
+        chat_template_kwargs=args.chat_template_kwargs,
     )
     if args.top_k is not None:
         import dataclasses
@@ -179,18 +200,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         dup = sorted({i for i in ids if ids.count(i) > 1})
         raise SystemExit(f"problem ids repeat across --data files: {dup[:5]}; each file needs its own data_source")
     if args.backend == "vllm":
-        options = {"tensor_parallel_size": args.tensor_parallel_size, "gpu_memory_utilization": args.gpu_memory_utilization,
-                   "max_model_len": args.max_model_len, "dtype": args.dtype, "trust_remote_code": args.trust_remote_code,
-                   "enforce_eager": args.enforce_eager}
+        options = {
+            "tensor_parallel_size": args.tensor_parallel_size,
+            "gpu_memory_utilization": args.gpu_memory_utilization,
+            "max_model_len": args.max_model_len,
+            "dtype": args.dtype,
+            "trust_remote_code": args.trust_remote_code,
+            "enforce_eager": args.enforce_eager,
+        }
         chunk_size = args.chunk_size or 64
     else:
-        options = {"device": args.device, "dtype": args.dtype, "sample_batch_size": args.sample_batch_size,
-                   "trust_remote_code": args.trust_remote_code}
+        options = {
+            "device": args.device,
+            "dtype": args.dtype,
+            "sample_batch_size": args.sample_batch_size,
+            "trust_remote_code": args.trust_remote_code,
+        }
         chunk_size = args.chunk_size or 1
     with ParallelScorer(args.scorer, num_workers=args.score_workers) as scorer:
         backend = build_backend(args.backend, args.model, sampling, **options)
         manifest = {
-            "model": str(Path(args.model).expanduser().resolve()) if Path(args.model).expanduser().exists() else args.model,
+            "model": str(Path(args.model).expanduser().resolve())
+            if Path(args.model).expanduser().exists()
+            else args.model,
             "data": data_info,
             "backend": backend.describe(),
             "sampling": sampling.to_dict(),
@@ -200,12 +232,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             "n_problems": len(problems),
         }
         store = RunStore(args.output_dir, manifest, overwrite=args.overwrite)
-        summary = run_evaluation(problems, backend, scorer, store, args.k, args.seed, chunk_size,
-                                 progress=not args.no_progress)
+        summary = run_evaluation(
+            problems, backend, scorer, store, args.k, args.seed, chunk_size, progress=not args.no_progress
+        )
     overall = summary["overall"]
-    print(f"{len(problems)} problems x {args.k} samples: avg@{args.k} = {100 * overall['avg@k']:.2f}%, "
-          f"pass@{args.k} = {100 * overall['pass@k'][str(args.k)]:.2f}%, "
-          f"mean length {overall['mean_response_tokens']:.0f} tokens, truncated {100 * overall['truncation_rate']:.1f}%")
+    print(
+        f"{len(problems)} problems x {args.k} samples: avg@{args.k} = {100 * overall['avg@k']:.2f}%, "
+        f"pass@{args.k} = {100 * overall['pass@k'][str(args.k)]:.2f}%, "
+        f"mean length {overall['mean_response_tokens']:.0f} tokens, truncated {100 * overall['truncation_rate']:.1f}%"
+    )
     for source, metrics in summary["by_data_source"].items():
         print(f"  {source}: avg@{args.k} = {100 * metrics['avg@k']:.2f}% over {metrics['n_problems']} problems")
     print(f"wrote {Path(args.output_dir) / 'summary.json'}")

@@ -113,14 +113,20 @@ def training_curves(logs: dict[str, list[TrainingLog]], keys: list[str], title: 
                 continue
             values = np.stack([s.values[np.searchsorted(s.steps, common)] for s in series])
             mean = np.nanmean(values, axis=0)
-            line, = ax.plot(common, mean, label=f"{method} (n={len(series)})", linewidth=1.3)
+            (line,) = ax.plot(common, mean, label=f"{method} (n={len(series)})", linewidth=1.3)
             if len(series) > 1:
-                ax.fill_between(common, np.nanmin(values, axis=0), np.nanmax(values, axis=0),
-                                color=line.get_color(), alpha=0.2, linewidth=0)
+                ax.fill_between(
+                    common,
+                    np.nanmin(values, axis=0),
+                    np.nanmax(values, axis=0),
+                    color=line.get_color(),
+                    alpha=0.2,
+                    linewidth=0,
+                )
         ax.set_title(key, fontsize=9)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    for ax in axes.ravel()[len(keys):]:
+    for ax in axes.ravel()[len(keys) :]:
         ax.set_visible(False)
     axes.ravel()[0].legend(fontsize=7)
     fig.suptitle(title)

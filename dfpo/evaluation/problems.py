@@ -64,9 +64,7 @@ def _parse_messages(raw: Any, where: str) -> list[dict[str, str]]:
     parsed = []
     for i, msg in enumerate(messages):
         if not isinstance(msg, dict) or not isinstance(msg.get("role"), str) or not isinstance(msg.get("content"), str):
-            raise ValueError(
-                f"{where}: prompt[{i}] must be a dict with string 'role' and 'content', got {msg!r:.200}"
-            )
+            raise ValueError(f"{where}: prompt[{i}] must be a dict with string 'role' and 'content', got {msg!r:.200}")
         parsed.append({"role": msg["role"], "content": msg["content"]})
     return parsed
 
@@ -100,7 +98,9 @@ def load_problems(path: str | Path, limit: int | None = None) -> list[EvalProble
         messages = _parse_messages(record["prompt"], where)
         reward_model = to_builtin(record["reward_model"])
         if not isinstance(reward_model, dict) or "ground_truth" not in reward_model:
-            raise ValueError(f"{where}: 'reward_model' must be a dict with a 'ground_truth' key, got {reward_model!r:.200}")
+            raise ValueError(
+                f"{where}: 'reward_model' must be a dict with a 'ground_truth' key, got {reward_model!r:.200}"
+            )
         ground_truth = reward_model["ground_truth"]
         if ground_truth is None:
             raise ValueError(f"{where}: reward_model.ground_truth is empty; every evaluation problem needs an answer")

@@ -32,6 +32,7 @@ from dfpo.evaluation.verl_logs import TrainingLog, curve_keys, read_training_log
 
 def results_json(results: ReportResults) -> dict[str, Any]:
     """Machine-readable form of every number in the tables."""
+
     def ci(c):
         return {"estimate": c.estimate, "low": c.low, "high": c.high, "level": c.level}
 
@@ -40,19 +41,43 @@ def results_json(results: ReportResults) -> dict[str, Any]:
         "bootstrap": dataclasses.asdict(results.settings),
         "benchmarks": [{"data_source": s, "title": t} for s, t in results.benchmarks],
         "table1": [
-            {"model": c.model, "method": c.method, "data_source": c.benchmark, "avg_at_k": ci(c.ci), "k": c.k,
-             "seeds": c.seeds, "n_problems": c.n_problems, "mean_response_tokens": c.mean_tokens,
-             "truncation_rate": c.truncation}
+            {
+                "model": c.model,
+                "method": c.method,
+                "data_source": c.benchmark,
+                "avg_at_k": ci(c.ci),
+                "k": c.k,
+                "seeds": c.seeds,
+                "n_problems": c.n_problems,
+                "mean_response_tokens": c.mean_tokens,
+                "truncation_rate": c.truncation,
+            }
             for c in results.cells.values()
         ],
         "paired_tests": [
-            {"model": c.model, "method": c.method, "baseline": c.baseline, "data_source": c.benchmark,
-             "delta": ci(c.test.delta), "p_value": c.test.p_value, "seeds": c.seeds, "n_problems": c.test.n_problems}
+            {
+                "model": c.model,
+                "method": c.method,
+                "baseline": c.baseline,
+                "data_source": c.benchmark,
+                "delta": ci(c.test.delta),
+                "p_value": c.test.p_value,
+                "seeds": c.seeds,
+                "n_problems": c.test.n_problems,
+            }
             for c in results.comparisons
         ],
         "group_size": [
-            {"model": c.model, "method": c.method, "baseline": c.baseline, "data_source": c.benchmark,
-             "group_size": c.group_size, "delta": ci(c.test.delta), "p_value": c.test.p_value, "seeds": c.seeds}
+            {
+                "model": c.model,
+                "method": c.method,
+                "baseline": c.baseline,
+                "data_source": c.benchmark,
+                "group_size": c.group_size,
+                "delta": ci(c.test.delta),
+                "p_value": c.test.p_value,
+                "seeds": c.seeds,
+            }
             for c in results.group_size
         ],
     }
@@ -66,15 +91,25 @@ def _training_logs(config: ReportConfig, model: str) -> dict[str, list[TrainingL
     return logs
 
 
-def write_report(config: ReportConfig, settings: BootstrapSettings, output_dir: Path,
-                 curve_metrics: Sequence[str] | None = None, allow_incomplete: bool = False) -> list[Path]:
+def write_report(
+    config: ReportConfig,
+    settings: BootstrapSettings,
+    output_dir: Path,
+    curve_metrics: Sequence[str] | None = None,
+    allow_incomplete: bool = False,
+) -> list[Path]:
     """Compute everything and write the files; return their paths."""
     results = compute_results(config, settings, allow_incomplete)
     output_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, render in [("table1.md", tables.table1_markdown), ("table1.tex", tables.table1_latex),
-                         ("paired_tests.md", tables.paired_markdown), ("paired_tests.tex", tables.paired_latex),
-                         ("group_size.md", tables.group_size_markdown), ("group_size.tex", tables.group_size_latex)]:
+    for name, render in [
+        ("table1.md", tables.table1_markdown),
+        ("table1.tex", tables.table1_latex),
+        ("paired_tests.md", tables.paired_markdown),
+        ("paired_tests.tex", tables.paired_latex),
+        ("group_size.md", tables.group_size_markdown),
+        ("group_size.tex", tables.group_size_latex),
+    ]:
         path = output_dir / name
         path.write_text(render(results), encoding="utf-8")
         written.append(path)
@@ -91,8 +126,12 @@ def write_report(config: ReportConfig, settings: BootstrapSettings, output_dir: 
             keys: list[str] = []
             for seed_logs in logs.values():
                 for log in seed_logs:
-                    keys += [k for k in curve_keys(log, tuple(curve_metrics) if curve_metrics else None) if k not in keys]
-            written.append(plots.training_curves(logs, keys, model, output_dir / f"training_curves_{plots.slug(model)}.png"))
+                    keys += [
+                        k for k in curve_keys(log, tuple(curve_metrics) if curve_metrics else None) if k not in keys
+                    ]
+            written.append(
+                plots.training_curves(logs, keys, model, output_dir / f"training_curves_{plots.slug(model)}.png")
+            )
     return written
 
 
@@ -104,12 +143,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--baseline", help="baseline method (overrides the runs file)")
     parser.add_argument("--level", type=float, default=0.95, help="confidence level of the intervals")
     parser.add_argument("--n-resamples", type=int, default=10_000)
-    parser.add_argument("--resample", choices=RESAMPLE_AXES, default="both",
-                        help="what the bootstrap resamples: problems, training seeds, or both (default)")
+    parser.add_argument(
+        "--resample",
+        choices=RESAMPLE_AXES,
+        default="both",
+        help="what the bootstrap resamples: problems, training seeds, or both (default)",
+    )
     parser.add_argument("--bootstrap-seed", type=int, default=0)
-    parser.add_argument("--curve-metrics", nargs="+",
-                        help="training-log keys to plot (default: critic/score/mean, response_length/mean, "
-                             "actor/entropy and every dfpo/ metric)")
+    parser.add_argument(
+        "--curve-metrics",
+        nargs="+",
+        help="training-log keys to plot (default: critic/score/mean, response_length/mean, "
+        "actor/entropy and every dfpo/ metric)",
+    )
     parser.add_argument("--allow-incomplete", action="store_true", help="report runs that have not finished")
     return parser
 
@@ -118,8 +164,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m dfpo.evaluation.report``."""
     args = build_parser().parse_args(argv)
     config = load_report_config(args.runs, baseline=args.baseline)
-    settings = BootstrapSettings(level=args.level, n_resamples=args.n_resamples, resample=args.resample,
-                                 rng_seed=args.bootstrap_seed)
+    settings = BootstrapSettings(
+        level=args.level, n_resamples=args.n_resamples, resample=args.resample, rng_seed=args.bootstrap_seed
+    )
     written = write_report(config, settings, Path(args.output_dir), args.curve_metrics, args.allow_incomplete)
     print((Path(args.output_dir) / "table1.md").read_text())
     print("wrote:\n" + "\n".join(f"  {p}" for p in written))

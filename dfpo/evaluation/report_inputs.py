@@ -24,7 +24,6 @@ import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -96,12 +95,16 @@ def load_report_config(path: str | Path, baseline: str | None = None) -> ReportC
         group_size = entry.get("group_size")
         if group_size is not None and (not isinstance(group_size, int) or group_size < 1):
             raise ValueError(f"{where}: group_size must be a positive integer, got {group_size!r}")
-        runs.append(RunSpec(
-            model=str(entry["model"]), method=str(entry["method"]), seed=str(entry["seed"]),
-            eval_dir=(base_dir / Path(str(entry["eval"])).expanduser()),
-            train_log=None if train_log is None else (base_dir / Path(str(train_log)).expanduser()),
-            group_size=group_size,
-        ))
+        runs.append(
+            RunSpec(
+                model=str(entry["model"]),
+                method=str(entry["method"]),
+                seed=str(entry["seed"]),
+                eval_dir=(base_dir / Path(str(entry["eval"])).expanduser()),
+                train_log=None if train_log is None else (base_dir / Path(str(train_log)).expanduser()),
+                group_size=group_size,
+            )
+        )
     chosen = baseline if baseline is not None else raw.get("baseline")
     if chosen is None:
         raise ValueError(f"{path}: name the baseline method ('baseline: GSPO' or --baseline)")
@@ -113,8 +116,13 @@ def load_report_config(path: str | Path, baseline: str | None = None) -> ReportC
         benchmarks = {str(b): str(b) for b in benchmarks}
     if not isinstance(benchmarks, dict):
         raise ValueError(f"{path}: 'benchmarks' must map data_source to a column title")
-    config = ReportConfig(baseline=str(chosen), runs=runs, benchmarks={str(k): str(v) for k, v in benchmarks.items()},
-                          table_group_size=raw.get("table_group_size"), source=path)
+    config = ReportConfig(
+        baseline=str(chosen),
+        runs=runs,
+        benchmarks={str(k): str(v) for k, v in benchmarks.items()},
+        table_group_size=raw.get("table_group_size"),
+        source=path,
+    )
     seen: dict[tuple[str, str, str], int] = {}
     for i, run in enumerate(config.table_runs()):
         key = (run.model, run.method, run.seed)

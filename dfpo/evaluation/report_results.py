@@ -61,14 +61,20 @@ class ReportResults:
     group_size: list[Comparison]
 
 
-def _select(runs: list[RunSpec], model: str, method: str, group_size: int | None = None, any_size: bool = True) -> list[RunSpec]:
+def _select(
+    runs: list[RunSpec], model: str, method: str, group_size: int | None = None, any_size: bool = True
+) -> list[RunSpec]:
     chosen = [r for r in runs if r.model == model and r.method == method and (any_size or r.group_size == group_size)]
     return sorted(chosen, key=lambda r: r.seed)
 
 
 def _paired(
-    method_runs: list[RunSpec], base_runs: list[RunSpec], accuracies: dict[Path, RunAccuracy], source: str,
-    settings: BootstrapSettings, label: str,
+    method_runs: list[RunSpec],
+    base_runs: list[RunSpec],
+    accuracies: dict[Path, RunAccuracy],
+    source: str,
+    settings: BootstrapSettings,
+    label: str,
 ) -> tuple[PairedTest, list[str]] | None:
     by_seed_m = {r.seed: r for r in method_runs}
     by_seed_b = {r.seed: r for r in base_runs}
@@ -83,8 +89,14 @@ def _paired(
     _, pids_b, x_b = accuracy_matrix([by_seed_b[s] for s in common], accuracies, source)
     if pids_m != pids_b:
         raise ValueError(f"{label}: the method and the baseline were evaluated on different {source!r} problems")
-    test = paired_bootstrap_test(x_m, x_b, level=settings.level, n_resamples=settings.n_resamples,
-                                 resample=settings.resample, rng_seed=settings.rng_seed)
+    test = paired_bootstrap_test(
+        x_m,
+        x_b,
+        level=settings.level,
+        n_resamples=settings.n_resamples,
+        resample=settings.resample,
+        rng_seed=settings.rng_seed,
+    )
     return test, common
 
 
@@ -112,19 +124,32 @@ def compute_results(config: ReportConfig, settings: BootstrapSettings, allow_inc
                 if not covered:
                     continue
                 seeds, pids, matrix = accuracy_matrix(covered, accuracies, source)
-                ci = bootstrap_ci(matrix, level=settings.level, n_resamples=settings.n_resamples,
-                                  resample=settings.resample, rng_seed=settings.rng_seed)
+                ci = bootstrap_ci(
+                    matrix,
+                    level=settings.level,
+                    n_resamples=settings.n_resamples,
+                    resample=settings.resample,
+                    rng_seed=settings.rng_seed,
+                )
                 ks = {accuracies[r.eval_dir].k for r in covered}
                 if len(ks) > 1:
                     warnings.warn(f"{model}/{method}/{source}: runs use different k {sorted(ks)}", stacklevel=2)
                 cells[(model, method, source)] = Cell(
-                    model, method, source, ci, seeds, len(pids), min(ks),
+                    model,
+                    method,
+                    source,
+                    ci,
+                    seeds,
+                    len(pids),
+                    min(ks),
                     mean_tokens=sum(accuracies[r.eval_dir].mean_tokens[source] for r in covered) / len(covered),
                     truncation=sum(accuracies[r.eval_dir].truncation[source] for r in covered) / len(covered),
                 )
                 if method == config.baseline:
                     continue
-                base = [r for r in _select(table_runs, model, config.baseline) if source in accuracies[r.eval_dir].by_source]
+                base = [
+                    r for r in _select(table_runs, model, config.baseline) if source in accuracies[r.eval_dir].by_source
+                ]
                 if not base:
                     continue
                 paired = _paired(covered, base, accuracies, source, settings, f"{model}/{method}/{source}")
@@ -138,13 +163,23 @@ def compute_results(config: ReportConfig, settings: BootstrapSettings, allow_inc
                 continue
             for source, _ in benchmarks:
                 for size in sizes:
-                    m_runs = [r for r in _select(config.runs, model, method, size, any_size=False)
-                              if source in accuracies[r.eval_dir].by_source]
-                    b_runs = [r for r in _select(config.runs, model, config.baseline, size, any_size=False)
-                              if source in accuracies[r.eval_dir].by_source]
+                    m_runs = [
+                        r
+                        for r in _select(config.runs, model, method, size, any_size=False)
+                        if source in accuracies[r.eval_dir].by_source
+                    ]
+                    b_runs = [
+                        r
+                        for r in _select(config.runs, model, config.baseline, size, any_size=False)
+                        if source in accuracies[r.eval_dir].by_source
+                    ]
                     if not m_runs or not b_runs:
                         continue
-                    paired = _paired(m_runs, b_runs, accuracies, source, settings, f"{model}/{method}/{source}/G={size}")
+                    paired = _paired(
+                        m_runs, b_runs, accuracies, source, settings, f"{model}/{method}/{source}/G={size}"
+                    )
                     if paired is not None:
-                        group_rows.append(Comparison(model, method, config.baseline, source, paired[0], paired[1], size))
+                        group_rows.append(
+                            Comparison(model, method, config.baseline, source, paired[0], paired[1], size)
+                        )
     return ReportResults(config, settings, benchmarks, cells, comparisons, group_rows)

@@ -42,8 +42,10 @@ def read_manifest(run_dir: str | Path) -> dict[str, Any]:
     """The manifest of a run directory."""
     path = Path(run_dir) / MANIFEST_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: {run_dir} is not an evaluation run directory "
-                                "(made by python -m dfpo.evaluation.generate)")
+        raise FileNotFoundError(
+            f"{path} not found: {run_dir} is not an evaluation run directory "
+            "(made by python -m dfpo.evaluation.generate)"
+        )
     return json.loads(path.read_text())
 
 
@@ -117,7 +119,9 @@ class RunStore:
                     "or --overwrite to discard it"
                 )
         elif self.samples_path.exists():
-            raise RunMismatchError(f"{self.samples_path} exists without {MANIFEST_FILE}; use --overwrite or another --output-dir")
+            raise RunMismatchError(
+                f"{self.samples_path} exists without {MANIFEST_FILE}; use --overwrite or another --output-dir"
+            )
         else:
             self._write_json(manifest_path, self.manifest)
         return self._repair()
@@ -147,7 +151,9 @@ class RunStore:
     def append_problem(self, records: list[dict[str, Any]]) -> None:
         """Append the k records of one problem and flush them to disk."""
         if len(records) != self.k:
-            raise ValueError(f"expected {self.k} records for {records[0]['problem_id'] if records else '?'}, got {len(records)}")
+            raise ValueError(
+                f"expected {self.k} records for {records[0]['problem_id'] if records else '?'}, got {len(records)}"
+            )
         payload = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
         with open(self.samples_path, "a", encoding="utf-8") as fh:
             fh.write(payload)

@@ -56,14 +56,26 @@ class SamplingConfig:
 
 PRESETS: dict[str, SamplingConfig] = {
     "qwen3-thinking": SamplingConfig(
-        temperature=0.6, top_p=0.95, top_k=20, min_p=0.0, max_new_tokens=38_912,
+        temperature=0.6,
+        top_p=0.95,
+        top_k=20,
+        min_p=0.0,
+        max_new_tokens=38_912,
         chat_template_kwargs={"enable_thinking": True},
     ),
     "qwen3-next-thinking": SamplingConfig(
-        temperature=0.6, top_p=0.95, top_k=20, min_p=0.0, max_new_tokens=81_920,
+        temperature=0.6,
+        top_p=0.95,
+        top_k=20,
+        min_p=0.0,
+        max_new_tokens=81_920,
     ),
     "gpt-oss-high": SamplingConfig(
-        temperature=1.0, top_p=1.0, top_k=None, min_p=0.0, max_new_tokens=81_920,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=None,
+        min_p=0.0,
+        max_new_tokens=81_920,
         chat_template_kwargs={"reasoning_effort": "high"},
     ),
 }

@@ -122,8 +122,10 @@ class ParallelScorer:
                     ) from exc
             return results
         # the scorer itself is sent (pickled by reference): workers import only its module, not dfpo
-        return [self._pool.submit(self.fn, job.data_source, job.solution_str, job.ground_truth, extra_info=job.extra_info)
-                for job in jobs]
+        return [
+            self._pool.submit(self.fn, job.data_source, job.solution_str, job.ground_truth, extra_info=job.extra_info)
+            for job in jobs
+        ]
 
     def collect(self, jobs: Sequence[ScoreJob], handles: list[Future | Any]) -> list[dict[str, Any]]:
         """Wait for the results of ``submit`` and check them against the contract."""

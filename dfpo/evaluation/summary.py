@@ -34,8 +34,9 @@ def group_metrics(groups: dict[str, list[dict[str, Any]]], problem_ids: list[str
         "n_problems": len(problem_ids),
         "n_samples": len(records),
         "avg@k": avg_at_k(acc),
-        "pass@k": {str(j): float(pass_at_k(np.full(len(problem_ids), k), n_correct, j).mean())
-                   for j in pass_at_k_ladder(k)},
+        "pass@k": {
+            str(j): float(pass_at_k(np.full(len(problem_ids), k), n_correct, j).mean()) for j in pass_at_k_ladder(k)
+        },
         "mean_score": float(scores.mean()),
         "mean_response_tokens": float(tokens.mean()),
         "truncation_rate": float(truncated.mean()),
@@ -47,7 +48,9 @@ def summarize(records: list[dict[str, Any]], k: int) -> dict[str, Any]:
     groups = group_by_problem(records)
     incomplete = [pid for pid, g in groups.items() if len(g) != k]
     if incomplete:
-        raise ValueError(f"cannot summarize: {len(incomplete)} problem(s) do not have k={k} samples, e.g. {incomplete[:3]}")
+        raise ValueError(
+            f"cannot summarize: {len(incomplete)} problem(s) do not have k={k} samples, e.g. {incomplete[:3]}"
+        )
     first = {pid: g[0] for pid, g in groups.items()}
     by_source: dict[str, list[str]] = defaultdict(list)
     by_difficulty: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))

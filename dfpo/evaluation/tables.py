@@ -14,9 +14,24 @@ from collections.abc import Callable
 from dfpo.evaluation.report_results import Cell, Comparison, ReportResults
 
 DASH = "–"
-_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-                  "<": r"$<$", ">": r"$>$", "±": r"$\pm$", "Δ": r"$\Delta$", "−": r"$-$", "–": "--"}
+_LATEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "<": r"$<$",
+    ">": r"$>$",
+    "±": r"$\pm$",
+    "Δ": r"$\Delta$",
+    "−": r"$-$",
+    "–": "--",
+}
 
 
 def latex_escape(text: str) -> str:
@@ -69,8 +84,10 @@ def _rows(results: ReportResults) -> list[tuple[str, str, list[Cell | None]]]:
 def _caption(results: ReportResults) -> str:
     s = results.settings
     axes = {"both": "problems and seeds", "problems": "problems", "seeds": "seeds"}[s.resample]
-    return (f"{_ks(results)} in %, mean over training seeds ± half-width of the {100 * s.level:.0f}% percentile "
-            f"bootstrap CI ({s.n_resamples} resamples of {axes}); bold: best mean per model and benchmark.")
+    return (
+        f"{_ks(results)} in %, mean over training seeds ± half-width of the {100 * s.level:.0f}% percentile "
+        f"bootstrap CI ({s.n_resamples} resamples of {axes}); bold: best mean per model and benchmark."
+    )
 
 
 def _cell_text(results: ReportResults, cell: Cell | None, bold: Callable[[str], str]) -> str:
@@ -84,8 +101,12 @@ def _cell_text(results: ReportResults, cell: Cell | None, bold: Callable[[str], 
 def table1_markdown(results: ReportResults) -> str:
     """Table 1 as a Markdown table with a caption line."""
     header = ["Model", "Method"] + [f"{title} (%)" for _, title in results.benchmarks]
-    lines = [f"**Table 1.** {_caption(results)}", "", "| " + " | ".join(header) + " |",
-             "|" + "|".join(["---"] * 2 + ["---:"] * len(results.benchmarks)) + "|"]
+    lines = [
+        f"**Table 1.** {_caption(results)}",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join(["---"] * 2 + ["---:"] * len(results.benchmarks)) + "|",
+    ]
     previous = None
     for model, method, cells in _rows(results):
         shown = model if model != previous else ""
@@ -100,10 +121,16 @@ def table1_markdown(results: ReportResults) -> str:
 def table1_latex(results: ReportResults) -> str:
     """Table 1 as a LaTeX table (needs \\usepackage{booktabs})."""
     n = len(results.benchmarks)
-    lines = [r"\begin{table}[t]", r"\centering", r"\small",
-             rf"\caption{{{latex_escape(_caption(results))}}}", r"\label{tab:main}",
-             r"\begin{tabular}{l" + "c" * n + "}", r"\toprule",
-             "Model variant & " + " & ".join(latex_escape(f"{t} (%)") for _, t in results.benchmarks) + r" \\"]
+    lines = [
+        r"\begin{table}[t]",
+        r"\centering",
+        r"\small",
+        rf"\caption{{{latex_escape(_caption(results))}}}",
+        r"\label{tab:main}",
+        r"\begin{tabular}{l" + "c" * n + "}",
+        r"\toprule",
+        "Model variant & " + " & ".join(latex_escape(f"{t} (%)") for _, t in results.benchmarks) + r" \\",
+    ]
     previous = None
     for model, method, cells in _rows(results):
         if model != previous:
@@ -118,17 +145,23 @@ def table1_latex(results: ReportResults) -> str:
 
 def _comparison_text(c: Comparison, n_resamples: int) -> str:
     d = c.test.delta
-    return f"{_pct(d.estimate, True)} [{_pct(d.low, True)}, {_pct(d.high, True)}] {format_p(c.test.p_value, n_resamples)}"
+    return (
+        f"{_pct(d.estimate, True)} [{_pct(d.low, True)}, {_pct(d.high, True)}] {format_p(c.test.p_value, n_resamples)}"
+    )
 
 
 def paired_markdown(results: ReportResults) -> str:
     """Paired bootstrap tests of every method against the baseline, per benchmark."""
     s = results.settings
     header = ["Model", f"Method − {results.config.baseline}"] + [f"{t} Δ (pp)" for _, t in results.benchmarks]
-    lines = [f"**Paired bootstrap tests.** Difference in {_ks(results)} (percentage points) with its "
-             f"{100 * s.level:.0f}% CI and two-sided p-value; problems and seeds resampled jointly for both arms "
-             f"({s.n_resamples} resamples, seeds paired by label).", "",
-             "| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * len(results.benchmarks)) + "|"]
+    lines = [
+        f"**Paired bootstrap tests.** Difference in {_ks(results)} (percentage points) with its "
+        f"{100 * s.level:.0f}% CI and two-sided p-value; problems and seeds resampled jointly for both arms "
+        f"({s.n_resamples} resamples, seeds paired by label).",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join(["---"] * 2 + ["---:"] * len(results.benchmarks)) + "|",
+    ]
     index = {(c.model, c.method, c.benchmark): c for c in results.comparisons}
     previous = None
     for model in results.config.models:
@@ -148,10 +181,20 @@ def paired_latex(results: ReportResults) -> str:
     s = results.settings
     n = len(results.benchmarks)
     index = {(c.model, c.method, c.benchmark): c for c in results.comparisons}
-    lines = [r"\begin{table}[t]", r"\centering", r"\small",
-             rf"\caption{{{latex_escape(f'Paired bootstrap tests against {results.config.baseline}: difference in percentage points, {100 * s.level:.0f}% CI, two-sided p-value.')}}}",
-             r"\label{tab:paired}", r"\begin{tabular}{l" + "c" * n + "}", r"\toprule",
-             "Method & " + " & ".join(latex_escape(f"{t} Δ (pp)") for _, t in results.benchmarks) + r" \\"]
+    caption = (
+        f"Paired bootstrap tests against {results.config.baseline}: difference in percentage points, "
+        f"{100 * s.level:.0f}% CI, two-sided p-value."
+    )
+    lines = [
+        r"\begin{table}[t]",
+        r"\centering",
+        r"\small",
+        rf"\caption{{{latex_escape(caption)}}}",
+        r"\label{tab:paired}",
+        r"\begin{tabular}{l" + "c" * n + "}",
+        r"\toprule",
+        "Method & " + " & ".join(latex_escape(f"{t} Δ (pp)") for _, t in results.benchmarks) + r" \\",
+    ]
     previous = None
     for model in results.config.models:
         for method in results.config.methods:
@@ -167,7 +210,9 @@ def paired_latex(results: ReportResults) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _group_blocks(results: ReportResults) -> list[tuple[str, str, list[int], list[tuple[str, list[Comparison | None]]]]]:
+def _group_blocks(
+    results: ReportResults,
+) -> list[tuple[str, str, list[int], list[tuple[str, list[Comparison | None]]]]]:
     sizes = sorted({c.group_size for c in results.group_size if c.group_size is not None})
     index = {(c.model, c.method, c.benchmark, c.group_size): c for c in results.group_size}
     blocks = []
@@ -186,18 +231,28 @@ def _group_blocks(results: ReportResults) -> list[tuple[str, str, list[int], lis
 def group_size_markdown(results: ReportResults) -> str:
     """The paper's Table 3 layout: method minus baseline per group size G."""
     s = results.settings
-    lines = [f"**Group size.** {_ks(results)} of the method minus {results.config.baseline} (percentage points) "
-             "per group size G, with the paired-bootstrap p-value."]
+    lines = [
+        f"**Group size.** {_ks(results)} of the method minus {results.config.baseline} (percentage points) "
+        "per group size G, with the paired-bootstrap p-value."
+    ]
     blocks = _group_blocks(results)
     if not blocks:
         return "\n".join(lines + ["", "No runs with group_size on both the method and the baseline."]) + "\n"
     for model, method, sizes, rows in blocks:
-        lines += ["", f"*{model}: {method} − {results.config.baseline}*", "",
-                  "| Benchmark | " + " | ".join(f"G={g}" for g in sizes) + " |",
-                  "|---|" + "|".join(["---:"] * len(sizes)) + "|"]
+        lines += [
+            "",
+            f"*{model}: {method} − {results.config.baseline}*",
+            "",
+            "| Benchmark | " + " | ".join(f"G={g}" for g in sizes) + " |",
+            "|---|" + "|".join(["---:"] * len(sizes)) + "|",
+        ]
         for title, found in rows:
-            texts = [DASH if f is None else f"{_pct(f.test.delta.estimate, True)} ({format_p(f.test.p_value, s.n_resamples)})"
-                     for f in found]
+            texts = [
+                DASH
+                if f is None
+                else f"{_pct(f.test.delta.estimate, True)} ({format_p(f.test.p_value, s.n_resamples)})"
+                for f in found
+            ]
             lines.append("| " + " | ".join([title, *texts]) + " |")
     return "\n".join(lines) + "\n"
 
@@ -207,9 +262,16 @@ def group_size_latex(results: ReportResults) -> str:
     out = []
     for model, method, sizes, rows in _group_blocks(results):
         caption = f"Group-size ablation: {method} minus {results.config.baseline} on {model} (percentage points)."
-        out += [r"\begin{table}[t]", r"\centering", r"\small", rf"\caption{{{latex_escape(caption)}}}",
-                r"\begin{tabular}{l" + "c" * len(sizes) + "}", r"\toprule",
-                "G & " + " & ".join(str(g) for g in sizes) + r" \\", r"\midrule"]
+        out += [
+            r"\begin{table}[t]",
+            r"\centering",
+            r"\small",
+            rf"\caption{{{latex_escape(caption)}}}",
+            r"\begin{tabular}{l" + "c" * len(sizes) + "}",
+            r"\toprule",
+            "G & " + " & ".join(str(g) for g in sizes) + r" \\",
+            r"\midrule",
+        ]
         for title, found in rows:
             texts = [DASH if f is None else f"{_pct(f.test.delta.estimate, True)}" for f in found]
             out.append(latex_escape(f"{title} {_ks(results)}") + " & " + " & ".join(texts) + r" \\")

@@ -27,19 +27,35 @@ def build_tiny_model(model_dir: Path) -> Path:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    corpus = ["What is 1 + 1? The answer is \\boxed{2}.", "Let x = 3. Then 2x = 6 and x^2 = 9.",
-              "def solve():\n    print(int(input()) * 2)"] * 20
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=SPECIAL_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    corpus = [
+        "What is 1 + 1? The answer is \\boxed{2}.",
+        "Let x = 3. Then 2x = 6 and x^2 = 9.",
+        "def solve():\n    print(int(input()) * 2)",
+    ] * 20
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tok.train_from_iterator(corpus, trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                        additional_special_tokens=["<|im_start|>"])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],
+    )
     tokenizer.chat_template = CHAT_TEMPLATE
     torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
-                         eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
-                         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=256,
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
     model = Qwen2ForCausalLM(config)
     model_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(model_dir)
@@ -54,13 +70,17 @@ def write_math_parquet(path: Path, data_source: str, answers: list[str], difficu
         extra = {"split": "test", "index": i}
         if difficulties is not None:
             extra["difficulty"] = difficulties[i]
-        rows.append({
-            "data_source": data_source,
-            "prompt": [{"role": "user", "content": f"Question {i}: compute {answer}. Put the answer in \\boxed{{}}."}],
-            "ability": "math",
-            "reward_model": {"style": "rule", "ground_truth": answer},
-            "extra_info": extra,
-        })
+        rows.append(
+            {
+                "data_source": data_source,
+                "prompt": [
+                    {"role": "user", "content": f"Question {i}: compute {answer}. Put the answer in \\boxed{{}}."}
+                ],
+                "ability": "math",
+                "reward_model": {"style": "rule", "ground_truth": answer},
+                "extra_info": extra,
+            }
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_parquet(path)
     return path
@@ -75,8 +95,12 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 @pytest.fixture()
 def math_parquet(tmp_path) -> Path:
     """Six math problems of data_source 'toy_math', with difficulties."""
-    return write_math_parquet(tmp_path / "toy_math.parquet", "toy_math", ["2", "6", "9", "12", "1/2", "7"],
-                              ["easy", "easy", "medium", "medium", "hard", "hard"])
+    return write_math_parquet(
+        tmp_path / "toy_math.parquet",
+        "toy_math",
+        ["2", "6", "9", "12", "1/2", "7"],
+        ["easy", "easy", "medium", "medium", "hard", "hard"],
+    )
 
 
 @pytest.fixture()
@@ -95,18 +119,41 @@ def write_synthetic_run(run_dir: Path, correct: dict, seed: int = 0, n_problems:
     arrays = {src: np.asarray(v, dtype=float) for src, v in correct.items()}
     k = next(iter(arrays.values())).shape[1]
     total = sum(a.shape[0] for a in arrays.values())
-    manifest = {"model": f"synthetic-{seed}", "data": [], "backend": {"name": "synthetic"}, "sampling": {},
-                "k": k, "seed": seed, "scorer": "synthetic", "n_problems": n_problems or total}
+    manifest = {
+        "model": f"synthetic-{seed}",
+        "data": [],
+        "backend": {"name": "synthetic"},
+        "sampling": {},
+        "k": k,
+        "seed": seed,
+        "scorer": "synthetic",
+        "n_problems": n_problems or total,
+    }
     store = RunStore(run_dir, manifest)
     store.open()
     for source, array in arrays.items():
         for i, row in enumerate(array):
-            store.append_problem([
-                {"problem_id": f"{source}/{i}", "data_source": source, "difficulty": None, "row": i,
-                 "sample_index": j, "seed": seed, "response": "r", "num_tokens": 100 + 10 * j,
-                 "truncated": j == 0, "score": float(c), "acc": float(c), "pred": None, "reason": "synthetic",
-                 "details": {}}
-                for j, c in enumerate(row)])
+            store.append_problem(
+                [
+                    {
+                        "problem_id": f"{source}/{i}",
+                        "data_source": source,
+                        "difficulty": None,
+                        "row": i,
+                        "sample_index": j,
+                        "seed": seed,
+                        "response": "r",
+                        "num_tokens": 100 + 10 * j,
+                        "truncated": j == 0,
+                        "score": float(c),
+                        "acc": float(c),
+                        "pred": None,
+                        "reason": "synthetic",
+                        "details": {},
+                    }
+                    for j, c in enumerate(row)
+                ]
+            )
     return run_dir
 
 

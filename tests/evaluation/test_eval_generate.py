@@ -22,15 +22,22 @@ from dfpo.evaluation.sampling import SamplingConfig, derive_seed, preset
 from dfpo.evaluation.scoring import ParallelScorer
 
 REPO = Path(__file__).resolve().parents[2]
-SAMPLING = SamplingConfig(temperature=1.0, top_p=0.95, top_k=50, max_new_tokens=8,
-                          chat_template_kwargs={"enable_thinking": True})
+SAMPLING = SamplingConfig(
+    temperature=1.0, top_p=0.95, top_k=50, max_new_tokens=8, chat_template_kwargs={"enable_thinking": True}
+)
 K = 3
 
 
 def parity(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
     """Correct when the response has an even number of characters (deterministic in the text)."""
     acc = len(solution_str) % 2 == 0
-    return {"score": float(acc), "acc": acc, "pred": str(len(solution_str)), "reason": "parity", "chars": len(solution_str)}
+    return {
+        "score": float(acc),
+        "acc": acc,
+        "pred": str(len(solution_str)),
+        "reason": "parity",
+        "chars": len(solution_str),
+    }
 
 
 class CountingBackend:
@@ -49,8 +56,16 @@ class CountingBackend:
 
 
 def _manifest(problems, k=K, seed=0):
-    return {"model": "tiny", "data": [], "backend": {"name": "transformers"}, "sampling": SAMPLING.to_dict(),
-            "k": k, "seed": seed, "scorer": "parity", "n_problems": len(problems)}
+    return {
+        "model": "tiny",
+        "data": [],
+        "backend": {"name": "transformers"},
+        "sampling": SAMPLING.to_dict(),
+        "k": k,
+        "seed": seed,
+        "scorer": "parity",
+        "n_problems": len(problems),
+    }
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -72,11 +87,21 @@ def tiny_backend(tiny_model_dir):
 def test_transformers_backend_end_to_end(tiny_backend, math_parquet, tmp_path):
     problems = load_problems(math_parquet)
     store = RunStore(tmp_path / "run", _manifest(problems))
-    summary = run_evaluation(problems, tiny_backend, ParallelScorer(parity, num_workers=0), store, K, base_seed=0,
-                             chunk_size=2, progress=False)
+    summary = run_evaluation(
+        problems,
+        tiny_backend,
+        ParallelScorer(parity, num_workers=0),
+        store,
+        K,
+        base_seed=0,
+        chunk_size=2,
+        progress=False,
+    )
     records = read_samples(tmp_path / "run")
     assert len(records) == len(problems) * K
-    assert [(r["problem_id"], r["sample_index"]) for r in records] == [(p.problem_id, j) for p in problems for j in range(K)]
+    assert [(r["problem_id"], r["sample_index"]) for r in records] == [
+        (p.problem_id, j) for p in problems for j in range(K)
+    ]
     for r in records:
         assert r["acc"] == float(len(r["response"]) % 2 == 0)
         assert r["details"] == {"chars": len(r["response"])}
@@ -99,7 +124,8 @@ def test_transformers_backend_end_to_end(tiny_backend, math_parquet, tmp_path):
 
 
 def test_resume_after_interruption_skips_done_problems_and_matches_an_uninterrupted_run(
-        tiny_backend, math_parquet, tmp_path):
+    tiny_backend, math_parquet, tmp_path
+):
     problems = load_problems(math_parquet)
     reference_store = RunStore(tmp_path / "reference", _manifest(problems))
     run_evaluation(problems, tiny_backend, ParallelScorer(parity, num_workers=0), reference_store, K, 0, 1, False)
@@ -112,8 +138,16 @@ def test_resume_after_interruption_skips_done_problems_and_matches_an_uninterrup
 
     run_dir = tmp_path / "interrupted"
     with pytest.raises(KeyboardInterrupt):
-        run_evaluation(problems, tiny_backend, ParallelScorer(crashing, num_workers=0),
-                       RunStore(run_dir, _manifest(problems)), K, 0, 1, False)
+        run_evaluation(
+            problems,
+            tiny_backend,
+            ParallelScorer(crashing, num_workers=0),
+            RunStore(run_dir, _manifest(problems)),
+            K,
+            0,
+            1,
+            False,
+        )
     partial = read_samples(run_dir)
     done_before = sorted({r["problem_id"] for r in partial})
     assert done_before == ["toy_math/0", "toy_math/1"]  # problem 2 was scored but not yet written
@@ -124,8 +158,16 @@ def test_resume_after_interruption_skips_done_problems_and_matches_an_uninterrup
 
     counting = CountingBackend(tiny_backend)
     with pytest.warns(UserWarning, match="interrupted"):
-        summary = run_evaluation(problems, counting, ParallelScorer(parity, num_workers=0),
-                                 RunStore(run_dir, _manifest(problems)), K, 0, 1, False)
+        summary = run_evaluation(
+            problems,
+            counting,
+            ParallelScorer(parity, num_workers=0),
+            RunStore(run_dir, _manifest(problems)),
+            K,
+            0,
+            1,
+            False,
+        )
     assert counting.asked == [p.problem_id for p in problems[2:]]
     resumed = read_samples(run_dir)
     key = lambda r: (r["problem_id"], r["sample_index"])  # noqa: E731
@@ -163,8 +205,10 @@ class ScriptedBackend:
         return {"name": "scripted"}
 
     def generate(self, requests):
-        return [[Completion(text, 5, False, seed) for text, seed in zip(self.responses[r.problem_id], r.seeds, strict=True)]
-                for r in requests]
+        return [
+            [Completion(text, 5, False, seed) for text, seed in zip(self.responses[r.problem_id], r.seeds, strict=True)]
+            for r in requests
+        ]
 
 
 def test_real_reward_scorer_scores_known_answers(tmp_path, write_math_parquet_fn):
@@ -188,11 +232,35 @@ def test_generate_command_with_worker_processes_and_the_real_scorer(tiny_model_d
     write = write_math_parquet_fn
     data = write(tmp_path / "aime.parquet", "aime25", ["2", "6", "9"])
     out = tmp_path / "cli_run"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-           "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "dfpo.evaluation.generate", "--model", str(tiny_model_dir), "--data", str(data),
-           "--output-dir", str(out), "--backend", "transformers", "--k", "2", "--max-new-tokens", "6",
-           "--score-workers", "2", "--no-progress", "--dtype", "float32", "--top-k", "0"]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "OMP_NUM_THREADS": "1",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "dfpo.evaluation.generate",
+        "--model",
+        str(tiny_model_dir),
+        "--data",
+        str(data),
+        "--output-dir",
+        str(out),
+        "--backend",
+        "transformers",
+        "--k",
+        "2",
+        "--max-new-tokens",
+        "6",
+        "--score-workers",
+        "2",
+        "--no-progress",
+        "--dtype",
+        "float32",
+        "--top-k",
+        "0",
+    ]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "avg@2" in proc.stdout
@@ -219,25 +287,37 @@ def test_vllm_backend_maps_samples_to_seeded_requests(tiny_model_dir, monkeypatc
         def generate(self, prompts, sampling_params, use_tqdm):
             calls["prompts"], calls["params"] = prompts, sampling_params
             outs = []
-            for i, (p, sp) in enumerate(zip(prompts, sampling_params, strict=True)):
+            for i, sp in enumerate(sampling_params):
                 finish = "length" if i % 2 else "stop"
-                out = types.SimpleNamespace(text=f"seed={sp.kwargs['seed']}", token_ids=list(range(i + 1)), finish_reason=finish)
+                out = types.SimpleNamespace(
+                    text=f"seed={sp.kwargs['seed']}", token_ids=list(range(i + 1)), finish_reason=finish
+                )
                 outs.append(types.SimpleNamespace(outputs=[out]))
             return outs
 
-    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=FakeLLM, SamplingParams=FakeParams, __version__="0.24.0"))
+    monkeypatch.setitem(
+        sys.modules, "vllm", types.SimpleNamespace(LLM=FakeLLM, SamplingParams=FakeParams, __version__="0.24.0")
+    )
     sampling = preset("qwen3-thinking", max_new_tokens=128)
     backend = build_backend("vllm", str(tiny_model_dir), sampling, tensor_parallel_size=4)
     assert calls["engine"]["tensor_parallel_size"] == 4 and calls["engine"]["enable_prefix_caching"]
-    requests = [GenerationRequest("a/0", [{"role": "user", "content": "hi"}], [11, 12, 13], 1),
-                GenerationRequest("a/1", [{"role": "user", "content": "yo"}], [21, 22, 23], 2)]
+    requests = [
+        GenerationRequest("a/0", [{"role": "user", "content": "hi"}], [11, 12, 13], 1),
+        GenerationRequest("a/1", [{"role": "user", "content": "yo"}], [21, 22, 23], 2),
+    ]
     results = backend.generate(requests)
     assert [[c.seed for c in row] for row in results] == [[11, 12, 13], [21, 22, 23]]
     assert [[c.text for c in row] for row in results] == [[f"seed={s}" for s in r.seeds] for r in requests]
     assert [c.truncated for c in results[0]] == [False, True, False]
     assert [c.num_tokens for c in results[1]] == [4, 5, 6]
     first = calls["params"][0].kwargs
-    assert (first["temperature"], first["top_p"], first["top_k"], first["max_tokens"], first["n"]) == (0.6, 0.95, 20, 128, 1)
+    assert (first["temperature"], first["top_p"], first["top_k"], first["max_tokens"], first["n"]) == (
+        0.6,
+        0.95,
+        20,
+        128,
+        1,
+    )
     prompt_text = backend.tokenizer.decode(calls["prompts"][0]["prompt_token_ids"])
     assert prompt_text.endswith("<|im_start|>assistant\n<think>\n")  # chat template with enable_thinking
     assert backend.describe()["vllm_version"] == "0.24.0"
@@ -258,3 +338,29 @@ def test_transformers_backend_end_of_sequence_handling(tiny_backend):
     assert finished.text == tiny_backend.tokenizer.decode([5, 6])
     running = tiny_backend._completion([5] * SAMPLING.max_new_tokens, seed=1)
     assert (running.num_tokens, running.truncated) == (SAMPLING.max_new_tokens, True)
+
+
+def test_a_backend_failure_keeps_the_problems_already_generated(math_parquet, tmp_path):
+    problems = load_problems(math_parquet)
+    texts = {p.problem_id: ["ab", "abc", "abcd"] for p in problems}
+
+    class FailingBackend(ScriptedBackend):
+        def generate(self, requests):
+            if requests[0].problem_id == "toy_math/2":
+                raise MemoryError("simulated out-of-memory")
+            return super().generate(requests)
+
+    with pytest.raises(MemoryError):
+        run_evaluation(
+            problems,
+            FailingBackend(texts),
+            ParallelScorer(parity, num_workers=0),
+            RunStore(tmp_path / "run", _manifest(problems)),
+            K,
+            0,
+            1,
+            False,
+        )
+    records = read_samples(tmp_path / "run")
+    assert [r["problem_id"] for r in records] == ["toy_math/0"] * K + ["toy_math/1"] * K
+    assert [r["acc"] for r in records[:K]] == [1.0, 0.0, 1.0]

@@ -12,8 +12,13 @@ from dfpo.evaluation.scoring import ParallelScorer, ScoreJob, normalize_result, 
 
 
 def _row(**overrides):
-    row = {"data_source": "aime25", "prompt": [{"role": "user", "content": "1+1?"}], "ability": "math",
-           "reward_model": {"style": "rule", "ground_truth": "2"}, "extra_info": {"split": "test", "index": 0}}
+    row = {
+        "data_source": "aime25",
+        "prompt": [{"role": "user", "content": "1+1?"}],
+        "ability": "math",
+        "reward_model": {"style": "rule", "ground_truth": "2"},
+        "extra_info": {"split": "test", "index": 0},
+    }
     row.update(overrides)
     return row
 
@@ -40,13 +45,16 @@ def test_rows_without_index_get_row_ids(tmp_path):
     assert [p.problem_id for p in load_problems(path)] == ["aime25/row0", "aime25/row1"]
 
 
-@pytest.mark.parametrize("rows,message", [
-    ([_row(), _row(prompt=[])], r"row 1: 'prompt' must be a non-empty list"),
-    ([_row(prompt=[{"role": "user"}])], r"row 0: prompt\[0\] must be a dict with string 'role' and 'content'"),
-    ([_row(reward_model={"style": "rule"})], r"row 0: 'reward_model' must be a dict with a 'ground_truth'"),
-    ([_row(data_source="")], r"row 0: 'data_source' must be a non-empty string"),
-    ([_row(), _row()], r"rows 0 and 1 share the problem id 'aime25/0'"),
-])
+@pytest.mark.parametrize(
+    "rows,message",
+    [
+        ([_row(), _row(prompt=[])], r"row 1: 'prompt' must be a non-empty list"),
+        ([_row(prompt=[{"role": "user"}])], r"row 0: prompt\[0\] must be a dict with string 'role' and 'content'"),
+        ([_row(reward_model={"style": "rule"})], r"row 0: 'reward_model' must be a dict with a 'ground_truth'"),
+        ([_row(data_source="")], r"row 0: 'data_source' must be a non-empty string"),
+        ([_row(), _row()], r"rows 0 and 1 share the problem id 'aime25/0'"),
+    ],
+)
 def test_bad_rows_are_reported_with_file_and_row(tmp_path, rows, message):
     path = _write(tmp_path, rows)
     with pytest.raises(ValueError, match=message) as info:
@@ -71,7 +79,9 @@ JOB = ScoreJob("aime25/7", 3, "aime25", "\\boxed{2}", "2", {})
 
 
 def test_scorer_results_are_checked_against_the_contract():
-    ok = normalize_result({"score": 1, "acc": True, "pred": 2, "reason": "correct", "pass_fraction": np.float64(1.0)}, JOB)
+    ok = normalize_result(
+        {"score": 1, "acc": True, "pred": 2, "reason": "correct", "pass_fraction": np.float64(1.0)}, JOB
+    )
     assert ok == {"score": 1.0, "acc": 1.0, "pred": "2", "reason": "correct", "details": {"pass_fraction": 1.0}}
     with pytest.raises(KeyError, match=r"aime25/7 sample 3.*missing key\(s\) \['acc'\]"):
         normalize_result({"score": 1.0}, JOB)

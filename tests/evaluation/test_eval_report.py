@@ -37,21 +37,41 @@ def runs_file(tmp_path, write_synthetic_run_fn, fixtures_dir):
     """Two models; on the first, DFPO (+35 points), GSPO (baseline) and GRPO (no shift), 3 seeds each,
     at G=16, plus DFPO and GSPO at G=4 (+10 points); on the second, DFPO and GSPO."""
     runs = []
-    plan = [("Qwen3-32B", "DFPO (Min-Replace)", 16, 0.35), ("Qwen3-32B", "GSPO", 16, 0.0), ("Qwen3-32B", "GRPO", 16, 0.0),
-            ("Qwen3-32B", "DFPO (Min-Replace)", 4, 0.10), ("Qwen3-32B", "GSPO", 4, 0.0),
-            ("Tiny_Model", "DFPO (Min-Replace)", 16, 0.2), ("Tiny_Model", "GSPO", 16, 0.0)]
+    plan = [
+        ("Qwen3-32B", "DFPO (Min-Replace)", 16, 0.35),
+        ("Qwen3-32B", "GSPO", 16, 0.0),
+        ("Qwen3-32B", "GRPO", 16, 0.0),
+        ("Qwen3-32B", "DFPO (Min-Replace)", 4, 0.10),
+        ("Qwen3-32B", "GSPO", 4, 0.0),
+        ("Tiny_Model", "DFPO (Min-Replace)", 16, 0.2),
+        ("Tiny_Model", "GSPO", 16, 0.0),
+    ]
     for p_idx, (model, method, group, shift) in enumerate(plan):
         for seed in range(3):
             rng = np.random.default_rng(1000 * p_idx + seed)
             run_dir = tmp_path / "evals" / f"{p_idx}_{seed}"
             write_synthetic_run_fn(run_dir, _correct(rng, shift), seed=seed)
-            entry = {"model": model, "method": method, "seed": seed, "group_size": group, "eval": f"evals/{p_idx}_{seed}"}
+            entry = {
+                "model": model,
+                "method": method,
+                "seed": seed,
+                "group_size": group,
+                "eval": f"evals/{p_idx}_{seed}",
+            }
             if model == "Qwen3-32B" and group == 16 and method != "GRPO":
                 entry["train_log"] = str(fixtures_dir / ("verl_file_logger.jsonl" if seed % 2 else "verl_console.log"))
             runs.append(entry)
     path = tmp_path / "runs.yaml"
-    path.write_text(yaml.safe_dump({"baseline": "GSPO", "table_group_size": 16,
-                                    "benchmarks": {"aime25": "AIME25", "hmmt25": "HMMT25"}, "runs": runs}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "baseline": "GSPO",
+                "table_group_size": 16,
+                "benchmarks": {"aime25": "AIME25", "hmmt25": "HMMT25"},
+                "runs": runs,
+            }
+        )
+    )
     return path
 
 
@@ -87,9 +107,19 @@ def test_report_files_and_table_layouts(runs_file, tmp_path):
     out = tmp_path / "report"
     written = write_report(load_report_config(runs_file), SETTINGS, out)
     names = {p.name for p in written}
-    assert {"table1.md", "table1.tex", "paired_tests.md", "paired_tests.tex", "group_size.md", "group_size.tex",
-            "report.json", "accuracy_qwen3_32b.png", "accuracy_tiny_model.png", "group_size_qwen3_32b.png",
-            "training_curves_qwen3_32b.png"} <= names
+    assert {
+        "table1.md",
+        "table1.tex",
+        "paired_tests.md",
+        "paired_tests.tex",
+        "group_size.md",
+        "group_size.tex",
+        "report.json",
+        "accuracy_qwen3_32b.png",
+        "accuracy_tiny_model.png",
+        "group_size_qwen3_32b.png",
+        "training_curves_qwen3_32b.png",
+    } <= names
     assert "training_curves_tiny_model.png" not in names  # no train_log given for it
     for name in names:
         if name.endswith(".png"):
@@ -105,10 +135,17 @@ def test_report_files_and_table_layouts(runs_file, tmp_path):
     assert header == "| Model | Method | AIME25 (%) | HMMT25 (%) |"
     rows = [line for line in table if line.startswith("| ") and line != header]
     assert [r.split(" | ")[0:2] for r in rows] == [
-        ["| Qwen3-32B", "DFPO (Min-Replace)"], ["| ", "GSPO (baseline)"], ["| ", "GRPO"],
-        ["| Tiny_Model", "DFPO (Min-Replace)"], ["| ", "GSPO (baseline)"]]
-    cell = next(c for c in report["table1"] if c["model"] == "Qwen3-32B" and c["method"] == "DFPO (Min-Replace)"
-                and c["data_source"] == "aime25")
+        ["| Qwen3-32B", "DFPO (Min-Replace)"],
+        ["| ", "GSPO (baseline)"],
+        ["| ", "GRPO"],
+        ["| Tiny_Model", "DFPO (Min-Replace)"],
+        ["| ", "GSPO (baseline)"],
+    ]
+    cell = next(
+        c
+        for c in report["table1"]
+        if c["model"] == "Qwen3-32B" and c["method"] == "DFPO (Min-Replace)" and c["data_source"] == "aime25"
+    )
     ci = cell["avg_at_k"]
     expected = f"**{100 * ci['estimate']:.1f} ± {100 * (ci['high'] - ci['low']) / 2:.1f}**"  # best of its model: bold
     assert rows[0].split(" | ")[2] == expected
@@ -130,16 +167,37 @@ def test_report_files_and_table_layouts(runs_file, tmp_path):
 
 def test_report_command_line(runs_file, tmp_path, capsys):
     out = tmp_path / "cli"
-    assert report_main(["--runs", str(runs_file), "--output-dir", str(out), "--n-resamples", "500",
-                        "--resample", "problems", "--curve-metrics", "critic/score/mean", "actor/entropy"]) == 0
+    assert (
+        report_main(
+            [
+                "--runs",
+                str(runs_file),
+                "--output-dir",
+                str(out),
+                "--n-resamples",
+                "500",
+                "--resample",
+                "problems",
+                "--curve-metrics",
+                "critic/score/mean",
+                "actor/entropy",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "| Model | Method | AIME25 (%) | HMMT25 (%) |" in printed and "training_curves_qwen3_32b.png" in printed
     assert json.loads((out / "report.json").read_text())["bootstrap"]["resample"] == "problems"
 
 
 def test_report_module_runs_as_a_script(runs_file, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "dfpo.evaluation.report", "--help"], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dfpo.evaluation.report", "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0 and "--runs" in proc.stdout
 
 
@@ -148,22 +206,40 @@ def test_report_refuses_unfinished_runs_unless_allowed(tmp_path, write_synthetic
     write_synthetic_run_fn(tmp_path / "a", _correct(rng, 0.0), n_problems=40)
     write_synthetic_run_fn(tmp_path / "b", _correct(rng, 0.0))
     path = tmp_path / "runs.yaml"
-    path.write_text(yaml.safe_dump({"baseline": "B", "runs": [
-        {"model": "m", "method": "A", "seed": 0, "eval": "a"}, {"model": "m", "method": "B", "seed": 0, "eval": "b"}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "baseline": "B",
+                "runs": [
+                    {"model": "m", "method": "A", "seed": 0, "eval": "a"},
+                    {"model": "m", "method": "B", "seed": 0, "eval": "b"},
+                ],
+            }
+        )
+    )
     with pytest.raises(ValueError, match=r"28 of 40 problems are done.*resumes"):
         compute_results(load_report_config(path), SETTINGS)
     results = compute_results(load_report_config(path), SETTINGS, allow_incomplete=True)
     assert [b for b, _ in results.benchmarks] == ["aime25", "hmmt25"]
 
 
-@pytest.mark.parametrize("runs,extra,message", [
-    ([{"model": "m", "method": "A", "seed": 0, "eval": "a", "colour": 1}], {}, r"runs\[0\]: unknown key"),
-    ([{"model": "m", "method": "A", "eval": "a"}], {}, r"runs\[0\]: missing \['seed'\]"),
-    ([{"model": "m", "method": "A", "seed": 0, "eval": "a"}], {"baseline": "Z"}, "baseline 'Z' is not among"),
-    ([{"model": "m", "method": "A", "seed": 0, "eval": "a"}], {"baseline": None}, "name the baseline"),
-    ([{"model": "m", "method": "A", "seed": 0, "eval": "a", "group_size": 4},
-      {"model": "m", "method": "A", "seed": 0, "eval": "b", "group_size": 8}], {}, "set table_group_size"),
-])
+@pytest.mark.parametrize(
+    "runs,extra,message",
+    [
+        ([{"model": "m", "method": "A", "seed": 0, "eval": "a", "colour": 1}], {}, r"runs\[0\]: unknown key"),
+        ([{"model": "m", "method": "A", "eval": "a"}], {}, r"runs\[0\]: missing \['seed'\]"),
+        ([{"model": "m", "method": "A", "seed": 0, "eval": "a"}], {"baseline": "Z"}, "baseline 'Z' is not among"),
+        ([{"model": "m", "method": "A", "seed": 0, "eval": "a"}], {"baseline": None}, "name the baseline"),
+        (
+            [
+                {"model": "m", "method": "A", "seed": 0, "eval": "a", "group_size": 4},
+                {"model": "m", "method": "A", "seed": 0, "eval": "b", "group_size": 8},
+            ],
+            {},
+            "set table_group_size",
+        ),
+    ],
+)
 def test_runs_file_errors_name_the_entry(tmp_path, runs, extra, message):
     path = tmp_path / "runs.yaml"
     path.write_text(yaml.safe_dump({"baseline": "A", "runs": runs, **extra}))
@@ -174,8 +250,15 @@ def test_runs_file_errors_name_the_entry(tmp_path, runs, extra, message):
 def test_benchmark_missing_from_every_run_is_an_error(tmp_path, write_synthetic_run_fn):
     write_synthetic_run_fn(tmp_path / "a", _correct(np.random.default_rng(0), 0.0))
     path = tmp_path / "runs.yaml"
-    path.write_text(yaml.safe_dump({"baseline": "A", "benchmarks": {"livecodebench": "LiveCodeBench"},
-                                    "runs": [{"model": "m", "method": "A", "seed": 0, "eval": "a"}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "baseline": "A",
+                "benchmarks": {"livecodebench": "LiveCodeBench"},
+                "runs": [{"model": "m", "method": "A", "seed": 0, "eval": "a"}],
+            }
+        )
+    )
     with pytest.raises(ValueError, match=r"\['livecodebench'\] appear in no run"):
         compute_results(load_report_config(path), SETTINGS)
 

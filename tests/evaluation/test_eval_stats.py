@@ -78,8 +78,14 @@ def test_bootstrap_of_one_seed_matches_scipy_percentile_bootstrap():
     rng = np.random.default_rng(3)
     per_problem = rng.beta(2, 3, size=40)
     ours = bootstrap_ci(per_problem, n_resamples=40_000, resample="problems", rng_seed=1)
-    ref = scipy_stats.bootstrap((per_problem,), np.mean, confidence_level=0.95, n_resamples=40_000,
-                                method="percentile", random_state=np.random.default_rng(2))
+    ref = scipy_stats.bootstrap(
+        (per_problem,),
+        np.mean,
+        confidence_level=0.95,
+        n_resamples=40_000,
+        method="percentile",
+        random_state=np.random.default_rng(2),
+    )
     assert ours.estimate == pytest.approx(per_problem.mean())
     assert ours.low == pytest.approx(ref.confidence_interval.low, abs=0.004)
     assert ours.high == pytest.approx(ref.confidence_interval.high, abs=0.004)
@@ -152,7 +158,9 @@ def test_paired_test_does_not_reject_when_there_is_no_difference():
 def test_pairing_removes_problem_difficulty_variance():
     method, baseline = _synthetic_pair(shift=0.03, seed=13)
     paired = paired_bootstrap_test(method, baseline, n_resamples=10_000)
-    unpaired_width = bootstrap_ci(method, n_resamples=10_000).half_width + bootstrap_ci(baseline, n_resamples=10_000).half_width
+    unpaired_width = (
+        bootstrap_ci(method, n_resamples=10_000).half_width + bootstrap_ci(baseline, n_resamples=10_000).half_width
+    )
     assert paired.delta.half_width < 0.5 * unpaired_width
 
 
@@ -172,8 +180,14 @@ def test_paired_problem_bootstrap_matches_scipy_paired_bootstrap():
     rng = np.random.default_rng(5)
     a, b = rng.uniform(size=50), rng.uniform(size=50)
     ours = paired_bootstrap_test(a, b, n_resamples=40_000, resample="problems")
-    ref = scipy_stats.bootstrap((a, b), lambda u, v, axis=-1: np.mean(u - v, axis=axis), paired=True,
-                                n_resamples=40_000, method="percentile", random_state=np.random.default_rng(9))
+    ref = scipy_stats.bootstrap(
+        (a, b),
+        lambda u, v, axis=-1: np.mean(u - v, axis=axis),
+        paired=True,
+        n_resamples=40_000,
+        method="percentile",
+        random_state=np.random.default_rng(9),
+    )
     assert ours.delta.low == pytest.approx(ref.confidence_interval.low, abs=0.005)
     assert ours.delta.high == pytest.approx(ref.confidence_interval.high, abs=0.005)
 

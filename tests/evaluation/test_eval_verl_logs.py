@@ -84,8 +84,18 @@ def test_format_detection_and_errors(fixtures_dir, tmp_path):
         read_tensorboard(tmp_path / "tb_empty")
 
 
-@pytest.mark.parametrize("text,value", [("0.5", 0.5), ("np.float64(0.25)", 0.25), ("np.float32(812.5)", 812.5),
-                                        ("np.int64(7)", 7.0), ("True", 1.0), ("-3", -3.0), ("1e-07", 1e-7)])
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        ("0.5", 0.5),
+        ("np.float64(0.25)", 0.25),
+        ("np.float32(812.5)", 812.5),
+        ("np.int64(7)", 7.0),
+        ("True", 1.0),
+        ("-3", -3.0),
+        ("1e-07", 1e-7),
+    ],
+)
 def test_console_value_parsing(text, value):
     assert parse_console_value(text) == pytest.approx(value)
 
@@ -98,6 +108,11 @@ def test_console_value_parsing_special_values():
 
 def test_default_curve_keys(fixtures_dir):
     log = read_file_log(fixtures_dir / "verl_file_logger.jsonl")
-    assert curve_keys(log) == ["critic/score/mean", "response_length/mean", "actor/entropy",
-                               "dfpo/cancellation_residual_after", "dfpo/negative_weight_frac"]
+    assert curve_keys(log) == [
+        "critic/score/mean",
+        "response_length/mean",
+        "actor/entropy",
+        "dfpo/cancellation_residual_after",
+        "dfpo/negative_weight_frac",
+    ]
     assert curve_keys(log, ("actor/entropy", "absent/key")) == ["actor/entropy"]

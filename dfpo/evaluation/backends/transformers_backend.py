@@ -69,8 +69,12 @@ class TransformersBackend:
 
     def describe(self) -> dict[str, Any]:
         """Backend settings for the run manifest."""
-        return {"name": "transformers", "device": self.device, "dtype": self.dtype,
-                "sample_batch_size": self.sample_batch_size}
+        return {
+            "name": "transformers",
+            "device": self.device,
+            "dtype": self.dtype,
+            "sample_batch_size": self.sample_batch_size,
+        }
 
     def _generation_kwargs(self) -> dict[str, Any]:
         s = self.sampling
@@ -124,7 +128,7 @@ class TransformersBackend:
                     out = self.model.generate(
                         input_ids=input_ids, attention_mask=attention_mask, num_return_sequences=n, **kwargs
                     )
-                for row in out[:, len(prompt):].tolist():
+                for row in out[:, len(prompt) :].tolist():
                     completions.append(self._completion(row, seed))
             results.append(completions)
         return results

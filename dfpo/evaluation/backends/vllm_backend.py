@@ -65,8 +65,13 @@ class VLLMBackend:
 
     def describe(self) -> dict[str, Any]:
         """Backend settings for the run manifest."""
-        return {"name": "vllm", "vllm_version": self.vllm_version, "tensor_parallel_size": self.tensor_parallel_size,
-                "max_model_len": self.max_model_len, "dtype": self.dtype}
+        return {
+            "name": "vllm",
+            "vllm_version": self.vllm_version,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "max_model_len": self.max_model_len,
+            "dtype": self.dtype,
+        }
 
     def _params(self, seed: int) -> Any:
         s = self.sampling
