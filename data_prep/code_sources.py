@@ -131,7 +131,9 @@ def _function_call_test(raw_input: Any, raw_output: Any, notes: Notes) -> CodeTe
     return CodeTest("\n".join(json.dumps(argument) for argument in arguments), json.dumps(expected), "functional")
 
 
-def _livecodebench_test(test: dict[str, Any], position: int) -> CodeTest:
+def _livecodebench_test(test: Any, position: int) -> CodeTest:
+    if not isinstance(test, dict):
+        raise RowError("invalid test", f"test {position} must be an object, got {type(test).__name__}")
     if not isinstance(test.get("input"), str) or not isinstance(test.get("output"), str):
         raise RowError("invalid test", f"test {position}: input and output must be strings")
     if test.get("testtype") not in ("stdin", "functional"):

@@ -271,3 +271,33 @@ def test_python_literal_tests_are_read_without_running_code(tmp_path):
     tests_read, _ = decode_ground_truth(read_rows(output)[0]["reward_model"]["ground_truth"])
     assert [(t.input, t.output) for t in tests_read] == [("1\n", "2\n")]
     assert read_summary(summary)["notes"] == {"tests written as a Python literal (read with ast.literal_eval)": 1}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("public_test_cases", json.dumps(["1 2"]), "test 0 must be an object"),
+        ("public_test_cases", json.dumps([{"input": "1", "output": "2", "testtype": "call"}]), "testtype must be stdin or functional"),
+        ("private_test_cases", "%%%", "neither JSON nor base64"),
+        ("metadata", json.dumps([1]), "metadata must decode to an object"),
+        ("contest_date", "last Tuesday", "contest_date must be an ISO date/time"),
+        ("question_content", "", "question_content must be a non-empty string"),
+    ],
+)
+def test_malformed_livecodebench_rows_name_the_line(field, value, message, fixtures, tmp_path, capsys):
+    row = json.loads((fixtures / "code_generation_lite" / "test6.jsonl").read_text().splitlines()[0])
+    row[field] = value
+    path = tmp_path / "test6.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    assert run(["--input", f"livecodebench={path}", "--output", str(tmp_path / "o.parquet")]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:line 1: " in err and message in err
+
+
+def test_livecodebench_functional_tests_need_func_name(fixtures, tmp_path, capsys):
+    row = json.loads((fixtures / "code_generation_lite" / "test6.jsonl").read_text().splitlines()[1])
+    row["metadata"] = "{}"
+    path = tmp_path / "test6.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    assert run(["--input", f"livecodebench={path}", "--output", str(tmp_path / "o.parquet")]) == 2
+    assert "functional tests need metadata.func_name" in capsys.readouterr().err
