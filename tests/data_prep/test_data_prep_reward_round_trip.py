@@ -95,3 +95,14 @@ def test_prepared_code_rows_score_one_with_a_correct_program(fixtures, tmp_path)
         right = compute_score(row["data_source"], response, truth, row["extra_info"])
         wrong = compute_score(row["data_source"], f"```python\n{WRONG_PROGRAM}```", truth, row["extra_info"])
         assert (right["score"], wrong["acc"]) == (1.0, 0.0), (_key(row), json.loads(truth), right, wrong)
+
+
+def test_dapo_template_answer_line_scores_one(fixtures, tmp_path):
+    output = tmp_path / "dapo.parquet"
+    assert math_cli.main(["--input", f"math_dapo={fixtures / 'dapo_math_17k.parquet'}", "--output", str(output),
+                          "--template", "dapo"]) == 0
+    answers = MATH_SOLUTIONS["math_dapo"][1]
+    for row in read_rows(output):
+        response = f"Adding the terms step by step.\nAnswer: {answers[row['extra_info']['source_id']]}"
+        scored = compute_score(row["data_source"], response, row["reward_model"]["ground_truth"], row["extra_info"])
+        assert scored["score"] == 1.0, (row["extra_info"]["source_id"], scored)
