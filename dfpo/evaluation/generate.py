@@ -146,6 +146,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--scorer", default=DEFAULT_SCORER, help="module:function following reward/'s contract")
     parser.add_argument(
+        "--scorer-kwargs",
+        type=json.loads,
+        default={},
+        help='JSON object passed to every scorer call, e.g. \'{"code_backend": "sandbox_fusion", '
+        '"sandbox_fusion_url": "http://127.0.0.1:8080"}\' (reward.options.RewardOptions fields)',
+    )
+    parser.add_argument(
         "--score-workers",
         type=int,
         default=min(8, os.cpu_count() or 1),
@@ -217,7 +224,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "trust_remote_code": args.trust_remote_code,
         }
         chunk_size = args.chunk_size or 1
-    with ParallelScorer(args.scorer, num_workers=args.score_workers) as scorer:
+    if not isinstance(args.scorer_kwargs, dict):
+        raise SystemExit(f"--scorer-kwargs must be a JSON object, got {args.scorer_kwargs!r}")
+    with ParallelScorer(args.scorer, num_workers=args.score_workers, kwargs=args.scorer_kwargs) as scorer:
         backend = build_backend(args.backend, args.model, sampling, **options)
         manifest = {
             "model": str(Path(args.model).expanduser().resolve())
@@ -228,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "sampling": sampling.to_dict(),
             "k": args.k,
             "seed": args.seed,
-            "scorer": scorer.name,
+            "scorer": {"function": scorer.name, "kwargs": scorer.kwargs},
             "n_problems": len(problems),
         }
         store = RunStore(args.output_dir, manifest, overwrite=args.overwrite)

@@ -91,19 +91,23 @@ def normalize_result(result: Any, job: ScoreJob) -> dict[str, Any]:
     }
 
 
-def _call(fn: ScoreFn, job: ScoreJob) -> Any:
-    return fn(job.data_source, job.solution_str, job.ground_truth, extra_info=job.extra_info)
+def _call(fn: ScoreFn, job: ScoreJob, kwargs: dict[str, Any]) -> Any:
+    return fn(job.data_source, job.solution_str, job.ground_truth, extra_info=job.extra_info, **kwargs)
 
 
 class ParallelScorer:
     """Score batches of responses; ``submit`` returns at once so scoring overlaps generation."""
 
-    def __init__(self, scorer: str | ScoreFn = DEFAULT_SCORER, num_workers: int = 4) -> None:
+    def __init__(
+        self, scorer: str | ScoreFn = DEFAULT_SCORER, num_workers: int = 4, kwargs: dict[str, Any] | None = None
+    ) -> None:
+        """``kwargs`` go to every scorer call (for ``reward/``: RewardOptions fields such as code_backend)."""
         if num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
         self.spec = scorer if isinstance(scorer, str) else None
         self.fn = resolve_scorer(scorer) if isinstance(scorer, str) else scorer
         self.name = scorer if isinstance(scorer, str) else f"{scorer.__module__}:{scorer.__qualname__}"
+        self.kwargs = dict(kwargs or {})
         self.num_workers = num_workers if self.spec is not None else 0
         self._pool: ProcessPoolExecutor | None = None
         if self.num_workers > 0:
@@ -115,7 +119,7 @@ class ParallelScorer:
             results = []
             for job in jobs:
                 try:
-                    results.append(_call(self.fn, job))
+                    results.append(_call(self.fn, job, self.kwargs))
                 except Exception as exc:
                     raise RuntimeError(
                         f"scorer {self.name} failed on {job.problem_id} sample {job.sample_index}: {exc!r}"
@@ -123,7 +127,9 @@ class ParallelScorer:
             return results
         # the scorer itself is sent (pickled by reference): workers import only its module, not dfpo
         return [
-            self._pool.submit(self.fn, job.data_source, job.solution_str, job.ground_truth, extra_info=job.extra_info)
+            self._pool.submit(
+                self.fn, job.data_source, job.solution_str, job.ground_truth, extra_info=job.extra_info, **self.kwargs
+            )
             for job in jobs
         ]
 

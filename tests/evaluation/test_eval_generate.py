@@ -260,12 +260,14 @@ def test_generate_command_with_worker_processes_and_the_real_scorer(tiny_model_d
         "float32",
         "--top-k",
         "0",
+        "--scorer-kwargs",
+        '{"math_timeout_s": 20}',
     ]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "avg@2" in proc.stdout
     manifest = read_manifest(out)
-    assert manifest["scorer"] == "reward.score:compute_score"
+    assert manifest["scorer"] == {"function": "reward.score:compute_score", "kwargs": {"math_timeout_s": 20}}
     assert manifest["sampling"]["top_k"] is None and manifest["sampling"]["temperature"] == 0.6
     assert manifest["data"][0]["sha256"] and manifest["n_problems"] == 3
     records = read_samples(out)
