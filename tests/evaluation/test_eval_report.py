@@ -269,3 +269,12 @@ def test_formatting_helpers():
     assert format_p(1 / 10001, 10000) == "p<2e-04"
     assert format_p(0.0123, 10000) == "p=0.012"
     assert format_p(0.0005, 10000) == "p=5.0e-04"
+
+
+def test_example_runs_file_parses_and_names_known_benchmarks():
+    config = load_report_config(REPO / "dfpo" / "evaluation" / "examples" / "runs_qwen3_32b.yaml")
+    assert config.baseline == "GSPO" and config.table_group_size == 16
+    assert len(config.table_runs()) == 25 and len(config.runs) == 55
+    assert list(config.benchmarks.values()) == ["AIME25", "LiveCodeBench", "HMMT25"]
+    sources = pytest.importorskip("reward.sources")
+    assert set(config.benchmarks) <= set(sources.KNOWN_SOURCES)
