@@ -96,7 +96,43 @@ def _wait(pid, timeout_s):
             os.close(pidfd)
 
 
+def _reap_orphans():
+    """Reap any finished process reparented to us (we are PID 1 of a PID namespace)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _end_namespace():
+    """As PID 1 of the sandbox's PID namespace, kill and reap everything left.
+
+    Only when we really are PID 1: elsewhere kill(-1) would reach every process of the user.
+    """
+    if os.getpid() != 1:
+        return
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except OSError:
+        pass
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+
+
 def main():
+    try:
+        run_tests()
+    finally:
+        _end_namespace()
+
+
+def run_tests():
     with open(sys.argv[1]) as handle:
         manifest = json.load(handle)
     with open(manifest["program"]) as handle:
@@ -121,6 +157,7 @@ def main():
             pass
         if wait_status is None:
             os.waitpid(pid, 0)
+            _reap_orphans()
             _emit({"i": i, "status": "timeout", "output": "", "seconds": seconds, "detail": ""})
             continue
         if os.WIFSIGNALED(wait_status):

@@ -23,15 +23,16 @@ dumps; and processes when a dedicated uid is used), stdout/stderr capped by the 
 and a wall-clock limit enforced by the parent, which kills the whole run.
 
 When running as root, each concurrent run gets its own unprivileged uid and gid from
-``REWARD_SANDBOX_UID_BASE`` (default 1999900000) onwards, so ``RLIMIT_NPROC`` is enforced
-per run and a run cannot signal or read anything of another.  ``REWARD_SANDBOX_ISOLATION``
+``REWARD_SANDBOX_UID_BASE`` (default 1999900000, 1024 of them) leased across all processes
+of the host with ``flock``, so ``RLIMIT_NPROC`` is enforced per run and a run cannot signal
+or read anything of another.  ``REWARD_SANDBOX_ISOLATION``
 forces a level (an error if it does not work here).
 """
 
 from __future__ import annotations
 
 import argparse
-import errno
+import fcntl
 import os
 import pwd
 import queue
@@ -50,7 +51,11 @@ from typing import Callable
 
 LEVELS: tuple[str, ...] = ("bwrap", "unshare", "rlimits")
 DEFAULT_UID_BASE = 1_999_900_000
+UID_COUNT = 1024
+"""Size of the dedicated uid range (shared by all processes on the host)."""
+UID_LOCK_DIR = "/run/reward-sandbox-uids"
 MAX_CONCURRENT_RUNS = 64
+"""Per process."""
 SANDBOX_DIR = "/sandbox"
 """Where the working directory appears inside a ``bwrap`` sandbox."""
 
@@ -142,6 +147,10 @@ def _uid_base() -> int:
         raise SandboxUnavailable(f"REWARD_SANDBOX_UID_BASE={raw!r} is not an integer uid") from error
 
 
+def _uid_lock_dir() -> str:
+    return UID_LOCK_DIR if os.path.isdir(os.path.dirname(UID_LOCK_DIR)) else os.path.join(tempfile.gettempdir(), "reward-sandbox-uids")
+
+
 def _find_interpreter() -> str:
     """A Python the unprivileged sandbox user can run: the system one if present."""
     for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
@@ -150,10 +159,16 @@ def _find_interpreter() -> str:
     return os.path.realpath(sys.executable)
 
 
-class _UidSlots:
-    """Hands out dedicated uids, one per concurrent run (root only)."""
+class _UidLeases:
+    """Hands out dedicated uids, one per concurrent run, across every process of the host.
 
-    def __init__(self, base: int, count: int) -> None:
+    A uid is leased by holding an exclusive ``flock`` on ``<lock dir>/<uid>`` for the
+    duration of the run; the kernel drops the lock if the holder dies.  So several scorer
+    processes on one machine (verl's reward workers, an evaluation job) never share a uid,
+    which keeps ``RLIMIT_NPROC`` per run and the leftover sweep from touching another run.
+    """
+
+    def __init__(self, base: int, count: int, lock_dir: str) -> None:
         for uid in (base, base + count - 1):
             try:
                 name = pwd.getpwuid(uid).pw_name
@@ -163,15 +178,35 @@ class _UidSlots:
                 f"uid {uid} (user {name!r}) lies in the sandbox uid range {base}..{base + count - 1}; "
                 "set REWARD_SANDBOX_UID_BASE to a range no account uses"
             )
-        self._free: queue.SimpleQueue[int] = queue.SimpleQueue()
-        for uid in range(base, base + count):
-            self._free.put(uid)
+        self._base, self._count, self._lock_dir = base, count, lock_dir
+        os.makedirs(lock_dir, mode=0o700, exist_ok=True)
+        self._next = os.getpid() % count  # spread processes over the range
+        self._guard = threading.Lock()
+        self.recent: list[int] = []
+        """The last uids this process leased (for tests and diagnostics)."""
 
-    def acquire(self) -> int:
-        return self._free.get()
+    def acquire(self) -> tuple[int, int]:
+        """(uid, lock fd); waits while all ``count`` uids are leased."""
+        while True:
+            with self._guard:
+                start = self._next
+                self._next = (self._next + 1) % self._count
+            for offset in range(self._count):
+                uid = self._base + (start + offset) % self._count
+                fd = os.open(os.path.join(self._lock_dir, str(uid)), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    continue
+                with self._guard:
+                    self.recent = (self.recent + [uid])[-256:]
+                return uid, fd
+            time.sleep(0.01)
 
-    def release(self, uid: int) -> None:
-        self._free.put(uid)
+    @staticmethod
+    def release(fd: int) -> None:
+        os.close(fd)  # closing the only descriptor drops the flock
 
 
 class Sandbox:
@@ -183,7 +218,7 @@ class Sandbox:
         self.level = level
         self.interpreter = interpreter or _find_interpreter()
         self.is_root = os.geteuid() == 0
-        self._slots = _UidSlots(_uid_base(), MAX_CONCURRENT_RUNS) if self.is_root else None
+        self._uids = _UidLeases(_uid_base(), UID_COUNT, _uid_lock_dir()) if self.is_root else None
         self._concurrency = threading.BoundedSemaphore(MAX_CONCURRENT_RUNS)
         self._prlimit = shutil.which("prlimit") or "/usr/bin/prlimit"
         if not os.access(self._prlimit, os.X_OK):
@@ -199,7 +234,7 @@ class Sandbox:
             f"--nofile={limits.open_files}",
             "--core=0",
         ]
-        if self._slots is not None:
+        if self._uids is not None:
             prefix.append(f"--nproc={limits.processes}")
         return prefix + ["--"]
 
@@ -248,6 +283,10 @@ class Sandbox:
             popen.update(user=uid, group=uid, extra_groups=[])
         return inner, popen
 
+    def recent_uids(self) -> list[int]:
+        """The dedicated uids this process used most recently (empty when not root)."""
+        return list(self._uids.recent) if self._uids is not None else []
+
     def workdir_inside(self, workdir: str) -> str:
         """The path of the working directory as the sandboxed program sees it."""
         return SANDBOX_DIR if self.level == "bwrap" else workdir
@@ -276,8 +315,8 @@ class Sandbox:
         if not argv:
             raise ValueError("empty command")
         with self._concurrency:
-            uid = self._slots.acquire() if self._slots is not None else None
-            workdir = tempfile.mkdtemp(prefix="reward-sandbox-")
+            uid, lease = self._uids.acquire() if self._uids is not None else (None, -1)
+            workdir = tempfile.mkdtemp(prefix=f"reward-sandbox-{os.getpid()}-")
             try:
                 self._prepare_workdir(workdir, files or {}, stdin, uid)
                 command, popen = self._command(argv, limits, workdir, uid)
@@ -295,11 +334,14 @@ class Sandbox:
                 finally:
                     if stdin is not None:
                         stdin_handle.close()
+                result = None
                 try:
                     result = _collect(process, started + limits.wall_s, limits.output_bytes, on_line)
                 finally:
-                    _kill_group(process)
-                    process.wait()
+                    finished = result is not None and not (
+                        result.timed_out or result.output_truncated or result.stopped_early
+                    )
+                    self._end(process, finished)
                     if self.level == "rlimits" and uid is not None:
                         _kill_uid(uid)
                 result.returncode = process.returncode
@@ -307,10 +349,31 @@ class Sandbox:
                 return result
             finally:
                 _remove_tree(workdir)
-                if uid is not None and self._slots is not None:
+                if uid is not None and self._uids is not None:
                     if self.level == "rlimits":
                         _kill_uid(uid)
-                    self._slots.release(uid)
+                    self._uids.release(lease)
+
+    def _end(self, process: subprocess.Popen, finished: bool) -> None:
+        """Make sure nothing of the run survives, and let the launcher reap its own children.
+
+        With namespaces, the launcher's child is PID 1 of the sandbox: killing it tears the
+        whole PID namespace down, and the launcher (``bwrap``/``unshare``) then reaps it and
+        exits, so no zombie is handed to the host's init.
+        """
+        if self.level != "rlimits":
+            if not finished:
+                for child in _children(process.pid):
+                    try:
+                        os.kill(child, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+            try:
+                process.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                pass
+        _kill_group(process)
+        process.wait()
 
     @staticmethod
     def _prepare_workdir(workdir: str, files: dict[str, bytes], stdin: bytes | None, uid: int | None) -> None:
@@ -404,6 +467,14 @@ def _collect(
             os.close(exit_fd)
     result.stdout, result.stderr = bytes(out), bytes(err)
     return result
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as handle:
+            return [int(child) for child in handle.read().split()]
+    except (FileNotFoundError, ProcessLookupError):
+        return []
 
 
 def _kill_group(process: subprocess.Popen) -> None:

@@ -40,8 +40,8 @@ def stray_processes() -> list[str]:
         except psutil.NoSuchProcess:
             continue
     if os.geteuid() == 0:
-        base = sandbox_module._uid_base()
-        for uid in range(base, base + sandbox_module.MAX_CONCURRENT_RUNS):
+        # only the uids this process leased: other processes may be scoring concurrently
+        for uid in set(sandbox_module.default_sandbox().recent_uids()):
             found += [f"uid {uid}: pid {pid}" for pid in sandbox_module.processes_of_uid(uid)]
     return found
 

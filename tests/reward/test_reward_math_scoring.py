@@ -56,6 +56,8 @@ HOSTILE = {
     "huge factorial": "\\boxed{(10^{10})!}",
     "nested braces": "\\boxed{" + "{" * 5000 + "1" + "}" * 5000 + "}",
     "many parenthesis openers": "\\boxed{" + "\\(" * 30000 + "}",
+    "nested boxes": "\\boxed{" * 3000 + "1" + "}" * 3000,
+    "60 kB of garbage in a box": "\\boxed{" + ("a+b*(c^" * 10000)[:60_000] + "}",
     "megabyte of garbage": "\\boxed{" + ("a+b*(c^" * 150000)[:1_000_000] + "}",
 }
 
@@ -71,7 +73,7 @@ def test_hostile_math_input_scores_zero_in_bounded_time(name):
     elapsed = time.monotonic() - started
     assert result["score"] == 0.0 and result["acc"] == 0.0
     assert elapsed < limit_s + 20.0, f"{name} took {elapsed:.1f}s"
-    if name in ("power tower", "huge factorial"):
+    if name in ("power tower", "huge factorial", "nested braces", "60 kB of garbage in a box"):
         assert result["reason"] == "timeout"
     else:
         assert result["reason"] in ("timeout", "wrong_answer", "no_answer")
@@ -85,9 +87,9 @@ def test_killed_worker_is_replaced_and_pool_never_degrades():
     pool = MathVerifyPool(size=1)
     try:
         assert pool.compare("\\frac{1}{2}", "0.5", 10).status == "equal"
-        for _ in range(3):
+        for _ in range(2):
             assert pool.compare("5", "9^{9^{9^9}}", 1.0).status == "timeout"
-        assert pool.killed == 3 and pool.started == 4
+        assert pool.killed == 2 and pool.started == 3
         assert pool.compare("\\sqrt{8}", "2\\sqrt{2}", 10).status == "equal"
         (pid,) = pool.worker_pids()
         os.kill(pid, 9)  # a worker dying on its own (OOM killer) is replaced as well
