@@ -138,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--preset", choices=sorted(PRESETS), default="qwen3-thinking", help="recommended sampling")
     parser.add_argument("--temperature", type=float)
     parser.add_argument("--top-p", type=float)
-    parser.add_argument("--top-k", type=int, help="top-k; 0 disables it")
+    parser.add_argument("--top-k", type=int, help="top-k; 0 (or -1) disables it")
     parser.add_argument("--min-p", type=float)
     parser.add_argument("--max-new-tokens", type=int)
     parser.add_argument(
@@ -182,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.k < 1:
         raise SystemExit(f"--k must be >= 1, got {args.k}")
-    top_k = None if args.top_k == 0 else args.top_k
+    top_k = None if args.top_k is not None and args.top_k <= 0 else args.top_k  # 0 or -1 disable, as in vLLM
     sampling = preset(
         args.preset,
         temperature=args.temperature,

@@ -8,6 +8,8 @@ Writes into ``--output-dir``:
 * ``paired_tests.md`` / ``paired_tests.tex``: each method minus the baseline, CI and p-value;
 * ``group_size.md`` / ``group_size.tex``: method minus baseline per group size G;
 * ``report.json``: every number above, with seeds, problem counts, k, lengths, truncation;
+* ``compute_to_threshold.md`` (with ``--reward-threshold``): training steps and tokens until the
+  smoothed reward reaches the threshold, and the ratio to the baseline (see training_efficiency.py);
 * ``accuracy_<model>.png``, ``group_size_<model>.png``, ``training_curves_<model>.png``.
 
 The runs file format is documented in ``report_inputs.py``.
@@ -20,6 +22,7 @@ import dataclasses
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +30,8 @@ from dfpo.evaluation import plots, tables
 from dfpo.evaluation.report_inputs import ReportConfig, load_report_config
 from dfpo.evaluation.report_results import BootstrapSettings, ReportResults, compute_results
 from dfpo.evaluation.stats import RESAMPLE_AXES
-from dfpo.evaluation.verl_logs import TrainingLog, curve_keys, read_training_log
+from dfpo.evaluation.training_efficiency import efficiency_markdown, efficiency_rows
+from dfpo.evaluation.verl_logs import REWARD_KEY, TrainingLog, curve_keys, read_training_log
 
 
 def results_json(results: ReportResults) -> dict[str, Any]:
@@ -83,12 +87,22 @@ def results_json(results: ReportResults) -> dict[str, Any]:
     }
 
 
-def _training_logs(config: ReportConfig, model: str) -> dict[str, list[TrainingLog]]:
-    logs: dict[str, list[TrainingLog]] = {}
+def _training_logs(config: ReportConfig) -> dict[tuple[str, str], dict[str, TrainingLog]]:
+    """Training logs of the Table 1 runs that name one: ``[(model, method)][seed]``."""
+    logs: dict[tuple[str, str], dict[str, TrainingLog]] = {}
     for run in config.table_runs():
-        if run.model == model and run.train_log is not None:
-            logs.setdefault(run.method, []).append(read_training_log(run.train_log))
+        if run.train_log is not None:
+            logs.setdefault((run.model, run.method), {})[run.seed] = read_training_log(run.train_log)
     return logs
+
+
+@dataclass(frozen=True)
+class EfficiencySettings:
+    """The compute-to-threshold table: off unless a threshold is given."""
+
+    threshold: float | None = None
+    window: int = 10
+    reward_key: str = REWARD_KEY
 
 
 def write_report(
@@ -97,6 +111,7 @@ def write_report(
     output_dir: Path,
     curve_metrics: Sequence[str] | None = None,
     allow_incomplete: bool = False,
+    efficiency: EfficiencySettings | None = None,
 ) -> list[Path]:
     """Compute everything and write the files; return their paths."""
     results = compute_results(config, settings, allow_incomplete)
@@ -113,25 +128,52 @@ def write_report(
         path = output_dir / name
         path.write_text(render(results), encoding="utf-8")
         written.append(path)
+    payload = results_json(results)
+    logs = _training_logs(config)
+    if efficiency is not None and efficiency.threshold is not None:
+        if not logs:
+            raise ValueError(f"{config.source}: --reward-threshold needs runs with a train_log")
+        rows = efficiency_rows(logs, config.baseline, efficiency.threshold, efficiency.window, efficiency.reward_key)
+        path = output_dir / "compute_to_threshold.md"
+        path.write_text(
+            efficiency_markdown(rows, config.baseline, efficiency.threshold, efficiency.window, efficiency.reward_key),
+            encoding="utf-8",
+        )
+        written.append(path)
+        payload["compute_to_threshold"] = {
+            "threshold": efficiency.threshold,
+            "window": efficiency.window,
+            "reward_key": efficiency.reward_key,
+            "rows": [
+                {
+                    "model": r.model,
+                    "method": r.method,
+                    "mean_steps": r.mean_steps,
+                    "mean_tokens": r.mean_tokens,
+                    "ratio_to_baseline": r.ratio,
+                    "ratio_unit": r.ratio_unit,
+                    "per_seed": {seed: {"step": c.step, "tokens": c.tokens} for seed, c in r.crossings.items()},
+                }
+                for r in rows
+            ],
+        }
     path = output_dir / "report.json"
-    path.write_text(json.dumps(results_json(results), indent=2) + "\n")
+    path.write_text(json.dumps(payload, indent=2) + "\n")
     written.append(path)
     for model in config.models:
         written.append(plots.accuracy_bars(results, model, output_dir / f"accuracy_{plots.slug(model)}.png"))
         group_plot = plots.group_size_plot(results, model, output_dir / f"group_size_{plots.slug(model)}.png")
         if group_plot is not None:
             written.append(group_plot)
-        logs = _training_logs(config, model)
-        if logs:
+        model_logs = {method: list(by_seed.values()) for (m, method), by_seed in logs.items() if m == model}
+        if model_logs:
             keys: list[str] = []
-            for seed_logs in logs.values():
+            requested = tuple(curve_metrics) if curve_metrics else None
+            for seed_logs in model_logs.values():
                 for log in seed_logs:
-                    keys += [
-                        k for k in curve_keys(log, tuple(curve_metrics) if curve_metrics else None) if k not in keys
-                    ]
-            written.append(
-                plots.training_curves(logs, keys, model, output_dir / f"training_curves_{plots.slug(model)}.png")
-            )
+                    keys += [k for k in curve_keys(log, requested) if k not in keys]
+            path = output_dir / f"training_curves_{plots.slug(model)}.png"
+            written.append(plots.training_curves(model_logs, keys, model, path))
     return written
 
 
@@ -157,6 +199,13 @@ def build_parser() -> argparse.ArgumentParser:
         "actor/entropy and every dfpo/ metric)",
     )
     parser.add_argument("--allow-incomplete", action="store_true", help="report runs that have not finished")
+    parser.add_argument(
+        "--reward-threshold",
+        type=float,
+        help="also write compute_to_threshold.md: steps and tokens until the smoothed training reward reaches this",
+    )
+    parser.add_argument("--reward-window", type=int, default=10, help="moving-average window (logged steps)")
+    parser.add_argument("--reward-key", default=REWARD_KEY, help="training-log metric used as the reward")
     return parser
 
 
@@ -167,7 +216,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = BootstrapSettings(
         level=args.level, n_resamples=args.n_resamples, resample=args.resample, rng_seed=args.bootstrap_seed
     )
-    written = write_report(config, settings, Path(args.output_dir), args.curve_metrics, args.allow_incomplete)
+    efficiency = EfficiencySettings(args.reward_threshold, args.reward_window, args.reward_key)
+    written = write_report(
+        config, settings, Path(args.output_dir), args.curve_metrics, args.allow_incomplete, efficiency
+    )
     print((Path(args.output_dir) / "table1.md").read_text())
     print("wrote:\n" + "\n".join(f"  {p}" for p in written))
     return 0

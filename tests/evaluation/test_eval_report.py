@@ -278,3 +278,70 @@ def test_example_runs_file_parses_and_names_known_benchmarks():
     assert list(config.benchmarks.values()) == ["AIME25", "LiveCodeBench", "HMMT25"]
     sources = pytest.importorskip("reward.sources")
     assert set(config.benchmarks) <= set(sources.KNOWN_SOURCES)
+
+
+def test_moving_average_and_first_crossing_hand_computed():
+    from dfpo.evaluation.training_efficiency import first_crossing, moving_average
+    from dfpo.evaluation.verl_logs import MetricSeries
+
+    values = np.array([0.1, 0.2, 0.5, 0.6, 0.7])
+    np.testing.assert_allclose(moving_average(values, 2), [np.nan, 0.15, 0.35, 0.55, 0.65])
+    np.testing.assert_allclose(moving_average(values, 3)[2:], np.convolve(values, np.ones(3) / 3, mode="valid"))
+    steps = np.array([2, 4, 6, 8, 10])
+    log = {
+        "critic/score/mean": MetricSeries(steps, values),
+        "perf/total_num_tokens": MetricSeries(steps, np.array([100.0, 200, 300, 400, 500])),
+    }
+    crossing = first_crossing(log, threshold=0.5, window=2)
+    assert (crossing.step, crossing.tokens) == (8, 1000.0)  # MA 0.55 at step 8; 100+200+300+400 tokens
+    assert first_crossing(log, threshold=0.9, window=2).step is None
+    with pytest.raises(KeyError, match="no 'x/y' metric"):
+        first_crossing(log, 0.5, 2, reward_key="x/y")
+
+
+def test_efficiency_ratio_against_the_baseline():
+    from dfpo.evaluation.training_efficiency import efficiency_rows
+    from dfpo.evaluation.verl_logs import MetricSeries
+
+    def log(cross_at: int) -> dict:
+        steps = np.arange(1, 11)
+        return {
+            "critic/score/mean": MetricSeries(steps, (steps >= cross_at).astype(float)),
+            "perf/total_num_tokens": MetricSeries(steps, np.full(10, 100.0)),
+        }
+
+    logs = {
+        ("m", "DFPO"): {"0": log(9), "1": log(9)},
+        ("m", "GSPO"): {"0": log(10), "1": log(10)},
+        ("m", "never"): {"0": log(99)},
+    }
+    rows = {r.method: r for r in efficiency_rows(logs, "GSPO", threshold=1.0, window=1)}
+    assert rows["DFPO"].mean_tokens == 900.0 and rows["GSPO"].mean_tokens == 1000.0
+    assert rows["DFPO"].ratio == pytest.approx(0.9) and rows["DFPO"].ratio_unit == "tokens"
+    assert rows["never"].mean_steps is None and rows["never"].ratio is None
+
+
+def test_report_compute_to_threshold_from_training_logs(runs_file, tmp_path):
+    out = tmp_path / "eff"
+    assert (
+        report_main(
+            [
+                "--runs",
+                str(runs_file),
+                "--output-dir",
+                str(out),
+                "--n-resamples",
+                "200",
+                "--reward-threshold",
+                "0.5",
+                "--reward-window",
+                "2",
+            ]
+        )
+        == 0
+    )
+    table = (out / "compute_to_threshold.md").read_text()
+    # fixture rewards 0.1, 0.2, 0.8, ...: the 2-step mean reaches 0.5 at step 3, after 1000+2000+3000 tokens
+    assert "| Qwen3-32B | DFPO (Min-Replace) | 3/3 | 3.0 | 0.01 | 1.00x (tokens) |" in table
+    rows = json.loads((out / "report.json").read_text())["compute_to_threshold"]["rows"]
+    assert rows[0]["per_seed"]["0"] == {"step": 3, "tokens": 6000.0}
