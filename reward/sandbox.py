@@ -253,7 +253,8 @@ class Sandbox:
         if not prefix.startswith("/usr") and prefix != "/":
             args += ["--ro-bind", prefix, prefix]
         args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/var/tmp"]
-        args += ["--bind", workdir, SANDBOX_DIR, "--chdir", SANDBOX_DIR, "--hostname", "sandbox", "--"]
+        args += ["--bind", workdir, SANDBOX_DIR, "--remount-ro", "/"]
+        args += ["--chdir", SANDBOX_DIR, "--hostname", "sandbox", "--"]
         return args
 
     def _unshare_prefix(self, uid: int | None) -> list[str]:
@@ -488,16 +489,19 @@ def _kill_group(process: subprocess.Popen) -> None:
 
 
 def processes_of_uid(uid: int) -> list[int]:
-    """Process ids whose real uid is ``uid`` (from /proc)."""
+    """Live (non-zombie) process ids whose real uid is ``uid`` (from /proc)."""
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/status", "rb") as status:
+                zombie = False
                 for line in status:
-                    if line.startswith(b"Uid:"):
-                        if int(line.split()[1]) == uid:
+                    if line.startswith(b"State:"):
+                        zombie = line.split()[1] in (b"Z", b"X")
+                    elif line.startswith(b"Uid:"):
+                        if int(line.split()[1]) == uid and not zombie:
                             pids.append(int(entry))
                         break
         except (FileNotFoundError, ProcessLookupError, PermissionError):
@@ -520,18 +524,43 @@ def _kill_uid(uid: int) -> None:
 
 
 def _remove_tree(path: str) -> None:
+    """Remove a run's working directory, whatever permissions the program left inside it.
+
+    Only paths inside ``path`` are ever chmod-ed (never ``path``'s parent, e.g. ``/tmp``).
+    """
+    root = os.path.realpath(path)
+
+    def inside(candidate: str) -> bool:
+        return os.path.realpath(candidate).startswith(root + os.sep) or os.path.realpath(candidate) == root
+
     def make_writable_and_retry(function, failed_path, _excinfo):
+        if not inside(failed_path):
+            return
+        parent = os.path.dirname(failed_path)
         try:
-            os.chmod(os.path.dirname(failed_path), stat.S_IRWXU)
-            os.chmod(failed_path, stat.S_IRWXU)
+            if inside(parent):
+                os.chmod(parent, stat.S_IRWXU)
+            if os.path.isdir(failed_path) and not os.path.islink(failed_path):
+                os.chmod(failed_path, stat.S_IRWXU)
         except OSError:
-            pass
+            return
         try:
             function(failed_path)
         except FileNotFoundError:
             pass
+        except OSError:
+            raise
 
-    shutil.rmtree(path, onerror=make_writable_and_retry)
+    for attempt in range(40):
+        try:
+            shutil.rmtree(path, onerror=make_writable_and_retry)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            if attempt == 39:
+                raise
+            time.sleep(0.05)  # a process of the run may still be writing while its namespace is torn down
 
 
 # --------------------------------------------------------------------- detection

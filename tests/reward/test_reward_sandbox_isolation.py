@@ -1,0 +1,162 @@
+"""What the sandbox actually enforces, checked from inside it, at every level this machine offers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from reward import sandbox as sandbox_module
+from reward.sandbox import LEVELS, Limits, Sandbox
+
+from .conftest import assert_no_stray_processes
+
+PROBE_LIMITS = Limits(wall_s=20.0, cpu_s=5, memory_bytes=512 << 20, file_size_bytes=1 << 20, open_files=64)
+
+
+def _run(sandbox: Sandbox, code: str, limits: Limits = PROBE_LIMITS, **kwargs):
+    return sandbox.run(["python", "-I", "-c", code], limits=limits, **kwargs)
+
+
+def _available_levels() -> list[str]:
+    available = []
+    for level in LEVELS:
+        sandbox, _ = sandbox_module._probe(level)
+        if sandbox is not None:
+            available.append(level)
+    return available
+
+
+AVAILABLE = _available_levels()
+
+
+def test_check_cli_reports_the_level():
+    done = subprocess.run(
+        [sys.executable, "-m", "reward.sandbox", "--check"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("isolation level: ")
+    level = done.stdout.split("\n")[0].split(": ")[1]
+    assert level == AVAILABLE[0]
+
+
+def test_forcing_an_unknown_level_is_a_clear_error():
+    env = dict(os.environ, REWARD_SANDBOX_ISOLATION="docker")
+    done = subprocess.run(
+        [sys.executable, "-m", "reward.sandbox", "--check"], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 1 and "REWARD_SANDBOX_ISOLATION" in done.stderr
+
+
+def test_ci_machine_gets_bubblewrap(isolation_report):
+    """On the CI machine kind (root, bubblewrap installed by scripts/install_system_deps.sh)
+    the strongest level must be the one in use."""
+    if os.geteuid() != 0 or not os.path.exists("/usr/bin/bwrap"):
+        pytest.skip("not the CI machine kind (needs root and /usr/bin/bwrap)")
+    assert isolation_report.level == "bwrap" and isolation_report.dedicated_uids
+    assert isolation_report.weaknesses == ()
+
+
+@pytest.fixture(params=AVAILABLE)
+def sandbox(request):
+    return Sandbox(request.param)
+
+
+def test_resource_limits_are_in_force(sandbox):
+    result = _run(sandbox, "print(open('/proc/self/limits').read())")
+    limits = {
+        line[:26].strip(): line[26:].split()[:2] for line in result.stdout.decode().splitlines()[1:] if line.strip()
+    }
+    assert limits["Max address space"] == [str(512 << 20)] * 2
+    assert limits["Max cpu time"] == ["5", "5"]
+    assert limits["Max file size"] == [str(1 << 20)] * 2
+    assert limits["Max open files"] == ["64", "64"]
+    assert limits["Max core file size"] == ["0", "0"]
+    if os.geteuid() == 0:
+        assert limits["Max processes"] == ["64", "64"]
+
+
+def test_environment_is_scrubbed_and_user_is_unprivileged(sandbox):
+    os.environ["REWARD_TEST_SECRET"] = "hunter2"
+    try:
+        result = _run(sandbox, "import os, json; print(json.dumps([dict(os.environ), os.getuid(), os.geteuid()]))")
+    finally:
+        del os.environ["REWARD_TEST_SECRET"]
+    import json
+
+    environment, uid, euid = json.loads(result.stdout)
+    assert set(environment) <= {"PATH", "HOME", "LANG", "TMPDIR", "LC_CTYPE", "PWD", "SHLVL", "_"}
+    assert "hunter2" not in result.stdout.decode()
+    if os.geteuid() == 0 and sandbox.level != "unshare":
+        assert uid != 0 and euid != 0
+    if os.geteuid() == 0 and sandbox.level == "unshare":
+        assert uid in sandbox.recent_uids()
+
+
+def test_working_directory_is_fresh_and_removed(sandbox):
+    code = "import os; open('mine.txt', 'w').write('x'); print(os.getcwd()); print(sorted(os.listdir('.')))"
+    result = _run(sandbox, code, files={"given.txt": b"hello"})
+    lines = result.stdout.decode().splitlines()
+    assert lines[1] == "['given.txt', 'mine.txt']"
+    assert not any(name.startswith(f"reward-sandbox-{os.getpid()}-") for name in os.listdir("/tmp"))
+
+
+def test_wall_clock_limit_kills_the_run(sandbox):
+    started = time.monotonic()
+    result = _run(sandbox, "import time\nwhile True: time.sleep(0.01)", limits=Limits(wall_s=1.0, cpu_s=5))
+    assert result.timed_out and time.monotonic() - started < 5.0
+    assert_no_stray_processes()
+
+
+def test_output_is_capped(sandbox):
+    result = _run(sandbox, "import sys\nwhile True: sys.stdout.write('x' * 4096)", limits=Limits(wall_s=10, output_bytes=100_000))
+    assert result.output_truncated and len(result.stdout) == 100_000
+    assert_no_stray_processes()
+
+
+def test_stdin_is_delivered(sandbox):
+    result = _run(sandbox, "import sys; print(sys.stdin.read()[::-1])", stdin=b"abc")
+    assert result.stdout == b"cba\n"
+
+
+def test_no_network_with_namespaces(sandbox):
+    if sandbox.level == "rlimits":
+        pytest.skip("the rlimits level has no network namespace (reported as a weakness)")
+    code = "import socket\nprint(sorted(name for _, name in socket.if_nameindex()))"
+    result = _run(sandbox, code)
+    assert result.stdout.decode().strip() == "['lo']"
+
+
+def test_pid_namespace_hides_host_processes(sandbox):
+    if sandbox.level == "rlimits":
+        pytest.skip("the rlimits level has no PID namespace (reported as a weakness)")
+    result = _run(sandbox, "import os\nprint(os.getpid(), len([p for p in os.listdir('/proc') if p.isdigit()]))")
+    pid, visible = map(int, result.stdout.split())
+    assert pid in (1, 2) and visible <= 3  # PID 1 is the program or bubblewrap's reaper
+
+
+def test_bwrap_root_is_read_only_and_host_files_are_absent():
+    if "bwrap" not in AVAILABLE:
+        pytest.skip("bubblewrap is not available here")
+    code = (
+        "import os\nfor path in ['/usr/evil', '/etc/evil', '/evil']:\n"
+        "    try:\n        open(path, 'w')\n        print('wrote', path)\n    except OSError:\n        pass\n"
+        "print(os.path.exists('/root'), os.path.exists('/work'), os.path.exists('/home'))"
+    )
+    result = _run(Sandbox("bwrap"), code)
+    assert result.stdout.decode().strip() == "False False False"
+    assert not os.path.exists("/evil") and not os.path.exists("/etc/evil")
+
+
+def test_rlimits_level_sweeps_escaped_processes_of_its_uid():
+    if "rlimits" not in AVAILABLE or os.geteuid() != 0:
+        pytest.skip("needs root for a dedicated uid")
+    sandbox = Sandbox("rlimits")
+    code = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\nprint('parent done')"
+    result = _run(sandbox, code)
+    assert result.stdout.strip() == b"parent done"
+    for uid in sandbox.recent_uids():
+        assert sandbox_module.processes_of_uid(uid) == []
