@@ -152,9 +152,10 @@ def test_resume_after_interruption_skips_done_problems_and_matches_an_uninterrup
     done_before = sorted({r["problem_id"] for r in partial})
     assert done_before == ["toy_math/0", "toy_math/1"]  # problem 2 was scored but not yet written
     assert not (run_dir / "summary.json").exists()
-    # the process was killed while writing problem 2's first line
+    # the process was killed while writing problem 2: two whole lines, then part of the third
     with open(run_dir / "samples.jsonl", "a") as fh:
-        fh.write(json.dumps(reference[2 * K])[:40])
+        fh.write(json.dumps(reference[2 * K]) + "\n" + json.dumps(reference[2 * K + 1]) + "\n")
+        fh.write(json.dumps(reference[2 * K + 2])[:40])
 
     counting = CountingBackend(tiny_backend)
     with pytest.warns(UserWarning, match="interrupted"):
@@ -173,6 +174,12 @@ def test_resume_after_interruption_skips_done_problems_and_matches_an_uninterrup
     key = lambda r: (r["problem_id"], r["sample_index"])  # noqa: E731
     assert sorted(resumed, key=key) == sorted(reference, key=key)
     assert summary["overall"]["n_samples"] == len(problems) * K
+    # once finished, running again generates nothing and leaves the samples as they are
+    idle = CountingBackend(tiny_backend)
+    again = run_evaluation(
+        problems, idle, ParallelScorer(parity, num_workers=0), RunStore(run_dir, _manifest(problems)), K, 0, 1, False
+    )
+    assert idle.asked == [] and read_samples(run_dir) == resumed and again["overall"] == summary["overall"]
 
 
 def test_resume_refuses_a_run_made_with_other_settings(math_parquet, tmp_path):

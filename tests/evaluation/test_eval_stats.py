@@ -201,3 +201,20 @@ def test_statistics_reject_malformed_input():
         bootstrap_replicates(np.zeros((2, 2)), 10, "rows")
     with pytest.raises(ValueError, match="level"):
         bootstrap_ci(np.zeros(3), level=95)
+
+
+def test_a_real_degradation_is_significant_too_two_sided():
+    method, baseline = _synthetic_pair(shift=-0.1, seed=11)
+    result = paired_bootstrap_test(method, baseline, n_resamples=20_000)
+    assert result.delta.high < 0 and result.p_value < 0.01
+
+
+def test_p_value_matches_the_two_sided_normal_approximation_for_a_moderate_effect():
+    # one seed, 400 problems, differences ~ N(0.1, 1): z = 0.1 / (1 / sqrt(400)) ~ 2, p ~ 0.05
+    rng = np.random.default_rng(21)
+    d = rng.normal(0.0, 1.0, size=400)
+    d = (d - d.mean()) / d.std() + 0.1
+    result = paired_bootstrap_test(d, np.zeros_like(d), n_resamples=50_000, resample="problems")
+    se = d.std() / np.sqrt(d.size)
+    expected = 2 * scipy_stats.norm.sf(abs(d.mean()) / se)
+    assert result.p_value == pytest.approx(expected, abs=0.008)
