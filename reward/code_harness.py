@@ -162,7 +162,13 @@ def run_tests():
             continue
         if os.WIFSIGNALED(wait_status):
             number = os.WTERMSIG(wait_status)
-            status = "output_limit" if number == signal.SIGXFSZ else "timeout" if number == signal.SIGXCPU else "runtime_error"
+            status = (
+                "output_limit"
+                if number == signal.SIGXFSZ
+                else "timeout"
+                if number == signal.SIGXCPU
+                else "runtime_error"
+            )
             _emit({"i": i, "status": status, "output": "", "seconds": seconds, "detail": f"signal {number}"})
             continue
         try:

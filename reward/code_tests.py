@@ -68,6 +68,9 @@ class CodeLimits:
                 raise ValueError(f"code limit {name} must be positive, got {getattr(self, name)!r}")
 
 
+DEFAULT_CODE_LIMITS = CodeLimits()
+
+
 def extract_program(response: str) -> str | None:
     """The last fenced code block tagged python (or untagged); ``None`` if there is none."""
     program = None
@@ -166,7 +169,7 @@ def score_code(
     ground_truth: str | dict,
     *,
     mode: str = "all_pass",
-    limits: CodeLimits = CodeLimits(),
+    limits: CodeLimits = DEFAULT_CODE_LIMITS,
     sandbox: Sandbox | None = None,
 ) -> outcome.Verdict:
     """Run the response's program on every test in the sandbox and grade it.

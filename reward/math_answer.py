@@ -80,8 +80,8 @@ def _last_box(text: str) -> tuple[int, str]:
 def _last_answer_line(text: str) -> tuple[int, str]:
     """(start offset, cleaned content) of the last ``Answer: ...`` line; (-1, "") if none."""
     last = None
-    for last in _ANSWER_LINE.finditer(text):
-        pass
+    for match in _ANSWER_LINE.finditer(text):
+        last = match
     if last is None:
         return -1, ""
     return last.start(), _strip_math_delimiters(last.group(1))

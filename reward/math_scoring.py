@@ -54,7 +54,8 @@ def gold_answer(ground_truth: object) -> str:
     """The reference answer as a string; a ``\\boxed{}`` around it is removed."""
     if isinstance(ground_truth, bool) or not isinstance(ground_truth, (str, int, float)):
         raise ValueError(
-            f"math ground_truth must be the answer string (reward_model.ground_truth), got {type(ground_truth).__name__}"
+            "math ground_truth must be the answer string (reward_model.ground_truth), "
+            f"got {type(ground_truth).__name__}"
         )
     gold = str(ground_truth).strip()
     if "\\boxed" in gold:

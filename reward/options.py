@@ -54,14 +54,22 @@ class RewardOptions:
             raise ValueError(f"code_backend={self.code_backend!r} is not supported; use one of {CODE_BACKENDS}")
         if self.code_backend == "sandbox_fusion" and not self.sandbox_fusion_url:
             raise ValueError("code_backend='sandbox_fusion' needs sandbox_fusion_url (e.g. http://host:8080)")
-        for name in ("math_timeout_s", "code_test_timeout_s", "code_problem_budget_s", "code_memory_mb", "code_output_mb"):
+        for name in (
+            "math_timeout_s",
+            "code_test_timeout_s",
+            "code_problem_budget_s",
+            "code_memory_mb",
+            "code_output_mb",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"reward option {name} must be a positive number, got {value!r}")
         if self.math_workers is not None and (not isinstance(self.math_workers, int) or self.math_workers < 1):
             raise ValueError(f"reward option math_workers must be a positive integer, got {self.math_workers!r}")
         if not isinstance(self.sandbox_fusion_concurrency, int) or self.sandbox_fusion_concurrency < 1:
-            raise ValueError(f"sandbox_fusion_concurrency must be a positive integer, got {self.sandbox_fusion_concurrency!r}")
+            raise ValueError(
+                f"sandbox_fusion_concurrency must be a positive integer, got {self.sandbox_fusion_concurrency!r}"
+            )
 
     @classmethod
     def from_kwargs(cls, kwargs: dict) -> "RewardOptions":

@@ -35,7 +35,6 @@ import argparse
 import fcntl
 import os
 import pwd
-import queue
 import selectors
 import shutil
 import signal
@@ -94,6 +93,9 @@ class Limits:
                 raise ValueError(f"sandbox limit {name} must be positive, got {getattr(self, name)}")
 
 
+DEFAULT_LIMITS = Limits()
+
+
 @dataclass
 class RunResult:
     """What one sandboxed run did.
@@ -148,7 +150,11 @@ def _uid_base() -> int:
 
 
 def _uid_lock_dir() -> str:
-    return UID_LOCK_DIR if os.path.isdir(os.path.dirname(UID_LOCK_DIR)) else os.path.join(tempfile.gettempdir(), "reward-sandbox-uids")
+    return (
+        UID_LOCK_DIR
+        if os.path.isdir(os.path.dirname(UID_LOCK_DIR))
+        else os.path.join(tempfile.gettempdir(), "reward-sandbox-uids")
+    )
 
 
 def _find_interpreter() -> str:
@@ -259,7 +265,8 @@ class Sandbox:
 
     def _unshare_prefix(self, uid: int | None) -> list[str]:
         mounts = " ".join(
-            f"mount -t tmpfs -o size=64m,mode=1777 tmpfs {d} || exit 97;" for d in _WORLD_WRITABLE_DIRS
+            f"mount -t tmpfs -o size=64m,mode=1777 tmpfs {d} || exit 97;"
+            for d in _WORLD_WRITABLE_DIRS
             if os.path.isdir(d) and not os.path.islink(d)
         )
         namespaces = ["--mount", "--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child", "--mount-proc"]
@@ -269,7 +276,17 @@ class Sandbox:
                 '--inh-caps=-all --bounding-set=-all -- "$@"'
             )
             return ["unshare", *namespaces, "--", "/bin/sh", "-c", f"{mounts} {drop}", "sandbox"]
-        return ["unshare", "--user", "--map-root-user", *namespaces, "--", "/bin/sh", "-c", f'{mounts} exec "$@"', "sandbox"]
+        return [
+            "unshare",
+            "--user",
+            "--map-root-user",
+            *namespaces,
+            "--",
+            "/bin/sh",
+            "-c",
+            f'{mounts} exec "$@"',
+            "sandbox",
+        ]
 
     def _command(self, argv: list[str], limits: Limits, workdir: str, uid: int | None) -> tuple[list[str], dict]:
         popen: dict = {"start_new_session": True, "close_fds": True, "cwd": workdir}
@@ -298,7 +315,7 @@ class Sandbox:
         argv: list[str],
         *,
         files: dict[str, bytes] | None = None,
-        limits: Limits = Limits(),
+        limits: Limits = DEFAULT_LIMITS,
         stdin: bytes | None = None,
         on_line: Callable[[bytes], bool] | None = None,
     ) -> RunResult:
@@ -381,7 +398,10 @@ class Sandbox:
         os.chmod(workdir, 0o700)
         for relative, content in files.items():
             path = Path(workdir, relative)
-            if path.resolve().parent != Path(workdir).resolve() and Path(workdir).resolve() not in path.resolve().parents:
+            if (
+                path.resolve().parent != Path(workdir).resolve()
+                and Path(workdir).resolve() not in path.resolve().parents
+            ):
                 raise ValueError(f"sandbox file {relative!r} escapes the working directory")
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(content)

@@ -15,7 +15,6 @@ mistaken for the result.
 
 from __future__ import annotations
 
-import json
 import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +24,7 @@ import requests
 from reward import outcome
 from reward.code_tests import (
     CODE_MODES,
+    DEFAULT_CODE_LIMITS,
     CodeLimits,
     TestCase,
     extract_program,
@@ -115,7 +115,7 @@ def score_code_remote(
     *,
     url: str,
     mode: str = "all_pass",
-    limits: CodeLimits = CodeLimits(),
+    limits: CodeLimits = DEFAULT_CODE_LIMITS,
     concurrency: int = 4,
 ) -> outcome.Verdict:
     """Like :func:`reward.code_tests.score_code`, executing on a SandboxFusion server.

@@ -58,31 +58,89 @@ def fenced(code: str, tag: str = "python") -> str:
 
 LABELLED = [
     ("stdin correct", fenced("a, b = map(int, input().split())\nprint(a + b)"), ADD, "correct", 1.0),
-    ("stdin read all", fenced("import sys\na, b = map(int, sys.stdin.read().split())\nprint(a + b)"), ADD, "correct", 1.0),
+    (
+        "stdin read all",
+        fenced("import sys\na, b = map(int, sys.stdin.read().split())\nprint(a + b)"),
+        ADD,
+        "correct",
+        1.0,
+    ),
     ("stdin via open(0)", fenced("a, b = map(int, open(0).read().split())\nprint(a + b)"), ADD, "correct", 1.0),
     ("numeric formatting", fenced("a, b = map(int, input().split())\nprint(f'{a + b:.1f}')"), ADD, "correct", 1.0),
-    ("main guard", fenced("def main():\n    a, b = map(int, input().split())\n    print(a + b)\nif __name__ == '__main__':\n    main()"), ADD, "correct", 1.0),
-    ("last block wins", fenced("print(0)") + fenced("a, b = map(int, input().split())\nprint(a + b)"), ADD, "correct", 1.0),
+    (
+        "main guard",
+        fenced(
+            "def main():\n    a, b = map(int, input().split())\n    print(a + b)\n"
+            "if __name__ == '__main__':\n    main()"
+        ),
+        ADD,
+        "correct",
+        1.0,
+    ),
+    (
+        "last block wins",
+        fenced("print(0)") + fenced("a, b = map(int, input().split())\nprint(a + b)"),
+        ADD,
+        "correct",
+        1.0,
+    ),
     ("untagged fence", fenced("a, b = map(int, input().split())\nprint(a + b)", tag=""), ADD, "correct", 1.0),
     ("stdin wrong", fenced("a, b = map(int, input().split())\nprint(a - b)"), ADD, "wrong_answer", 0.0),
-    ("extra line", fenced("a, b = map(int, input().split())\nprint(a + b)\nprint()\nprint(1)"), ADD, "wrong_answer", 0.0),
+    (
+        "extra line",
+        fenced("a, b = map(int, input().split())\nprint(a + b)\nprint()\nprint(1)"),
+        ADD,
+        "wrong_answer",
+        0.0,
+    ),
     ("runtime error", fenced("raise ValueError('boom')"), ADD, "runtime_error", 0.0),
     ("syntax error", fenced("def broken(:\n    pass"), ADD, "runtime_error", 0.0),
     ("nonzero exit", fenced("import sys\nprint(3)\nsys.exit(2)"), ADD, "runtime_error", 0.0),
     ("timeout", fenced("while True:\n    pass"), ADD, "timeout", 0.0),
     ("no code block", "I think the answer is to add the numbers.", ADD, "no_answer", 0.0),
     ("cpp block only", fenced("int main(){}", tag="cpp"), ADD, "no_answer", 0.0),
-    ("leetcode class", fenced(
-        "class Solution:\n    def twoSum(self, nums, target):\n        seen = {}\n"
-        "        for i, x in enumerate(nums):\n            if target - x in seen:\n"
-        "                return [seen[target - x], i]\n            seen[x] = i"), TWO_SUM, "correct", 1.0),
-    ("top-level function returning tuple", fenced(
-        "def twoSum(nums, target):\n    for i in range(len(nums)):\n        for j in range(i + 1, len(nums)):\n"
-        "            if nums[i] + nums[j] == target:\n                return (i, j)"), TWO_SUM, "correct", 1.0),
-    ("functional wrong", fenced("class Solution:\n    def twoSum(self, nums, target):\n        return [0, 0]"), TWO_SUM, "wrong_answer", 0.0),
-    ("functional prints ignored", fenced(
-        "class Solution:\n    def twoSum(self, nums, target):\n        print('[0, 1]')\n        return None"), TWO_SUM, "wrong_answer", 0.0),
-    ("missing method", fenced("class Solution:\n    def other(self):\n        return 1"), TWO_SUM, "runtime_error", 0.0),
+    (
+        "leetcode class",
+        fenced(
+            "class Solution:\n    def twoSum(self, nums, target):\n        seen = {}\n"
+            "        for i, x in enumerate(nums):\n            if target - x in seen:\n"
+            "                return [seen[target - x], i]\n            seen[x] = i"
+        ),
+        TWO_SUM,
+        "correct",
+        1.0,
+    ),
+    (
+        "top-level function returning tuple",
+        fenced(
+            "def twoSum(nums, target):\n    for i in range(len(nums)):\n        for j in range(i + 1, len(nums)):\n"
+            "            if nums[i] + nums[j] == target:\n                return (i, j)"
+        ),
+        TWO_SUM,
+        "correct",
+        1.0,
+    ),
+    (
+        "functional wrong",
+        fenced("class Solution:\n    def twoSum(self, nums, target):\n        return [0, 0]"),
+        TWO_SUM,
+        "wrong_answer",
+        0.0,
+    ),
+    (
+        "functional prints ignored",
+        fenced("class Solution:\n    def twoSum(self, nums, target):\n        print('[0, 1]')\n        return None"),
+        TWO_SUM,
+        "wrong_answer",
+        0.0,
+    ),
+    (
+        "missing method",
+        fenced("class Solution:\n    def other(self):\n        return 1"),
+        TWO_SUM,
+        "runtime_error",
+        0.0,
+    ),
 ]
 
 
@@ -98,7 +156,9 @@ def test_fraction_mode_gives_partial_credit_and_runs_every_test():
     fraction = score_code(program, ADD, mode="fraction", limits=FAST)
     assert (all_pass.credit, all_pass.reason) == (0.0, "wrong_answer")
     assert fraction.credit == pytest.approx(2 / 3) and fraction.pass_fraction == pytest.approx(2 / 3)
-    signed = compute_score("livecodebench", program, ADD, code_mode="fraction", score_mode="signed", code_test_timeout_s=2)
+    signed = compute_score(
+        "livecodebench", program, ADD, code_mode="fraction", score_mode="signed", code_test_timeout_s=2
+    )
     assert signed["score"] == pytest.approx(2 * 2 / 3 - 1) and signed["acc"] == 0.0
 
 
@@ -137,7 +197,10 @@ def test_stdin_comparison_like_livecodebench(actual, expected, same):
         (json.dumps({"tests": [{"input": "1", "output": 1, "testtype": "stdin"}]}), r"tests\[0\].output"),
         (json.dumps({"tests": [{"input": "1", "output": "1", "testtype": "file"}]}), r"tests\[0\].testtype"),
         (json.dumps({"tests": [{"input": "1", "output": "1", "testtype": "functional"}], "fn_name": None}), "fn_name"),
-        (json.dumps({"tests": [{"input": "1", "output": "{bad", "testtype": "functional"}], "fn_name": "f"}), "not JSON"),
+        (
+            json.dumps({"tests": [{"input": "1", "output": "{bad", "testtype": "functional"}], "fn_name": "f"}),
+            "not JSON",
+        ),
         (json.dumps({"tests": [{"input": "1", "output": "1", "testtype": "stdin"}], "fn_name": "1bad"}), "identifier"),
     ],
 )
@@ -185,7 +248,10 @@ ADVERSARIAL = {
         "import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
         "    a, b = map(int, input().split())\n    print(a + b)\nexcept OSError:\n    pass"
     ),
-    "kill the parent": "import os, signal, time\nfor pid in (os.getppid(), 1, -1):\n    try:\n        os.kill(pid, signal.SIGKILL)\n    except OSError:\n        pass\ntime.sleep(1)",
+    "kill the parent": (
+        "import os, signal, time\nfor pid in (os.getppid(), 1, -1):\n    try:\n        os.kill(pid, signal.SIGKILL)\n"
+        "    except OSError:\n        pass\ntime.sleep(1)"
+    ),
     "setsid and fork to escape": (
         "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
         "        while True:\n            time.sleep(0.05)\n    os._exit(0)\ntime.sleep(0.2)"

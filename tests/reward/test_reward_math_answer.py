@@ -145,8 +145,40 @@ def test_quick_compare_fraction_vs_terminating_decimal(numerator, denominator):
 
 @settings(max_examples=60, deadline=None)
 @given(
-    st.sampled_from(["1", "0.5", "\\frac{1}{2}", "\\frac{2}{4}", "204", "204.", "0204", "\\dfrac{3}{4}", "0.75", "2", "-2", "B", "(B)"]),
-    st.sampled_from(["1", "0.5", "\\frac{1}{2}", "\\frac{2}{4}", "204", "204.", "0204", "\\dfrac{3}{4}", "0.75", "2", "-2", "B", "(B)"]),
+    st.sampled_from(
+        [
+            "1",
+            "0.5",
+            "\\frac{1}{2}",
+            "\\frac{2}{4}",
+            "204",
+            "204.",
+            "0204",
+            "\\dfrac{3}{4}",
+            "0.75",
+            "2",
+            "-2",
+            "B",
+            "(B)",
+        ]
+    ),
+    st.sampled_from(
+        [
+            "1",
+            "0.5",
+            "\\frac{1}{2}",
+            "\\frac{2}{4}",
+            "204",
+            "204.",
+            "0204",
+            "\\dfrac{3}{4}",
+            "0.75",
+            "2",
+            "-2",
+            "B",
+            "(B)",
+        ]
+    ),
 )
 def test_quick_compare_never_contradicts_math_verify(gold, pred):
     """Whenever the exact path decides, math-verify (run here on the main thread) agrees,

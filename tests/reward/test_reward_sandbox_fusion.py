@@ -19,9 +19,17 @@ from reward.sandbox_fusion import score_code_remote
 from reward.score import compute_score
 
 ADD = json.dumps(
-    {"tests": [{"input": "1 2\n", "output": "3\n", "testtype": "stdin"}, {"input": "2 2\n", "output": "4", "testtype": "stdin"}], "fn_name": None}
+    {
+        "tests": [
+            {"input": "1 2\n", "output": "3\n", "testtype": "stdin"},
+            {"input": "2 2\n", "output": "4", "testtype": "stdin"},
+        ],
+        "fn_name": None,
+    }
 )
-TWO_SUM = json.dumps({"tests": [{"input": "[2,7,11,15]\n9", "output": "[0, 1]", "testtype": "functional"}], "fn_name": "twoSum"})
+TWO_SUM = json.dumps(
+    {"tests": [{"input": "[2,7,11,15]\n9", "output": "[0, 1]", "testtype": "functional"}], "fn_name": "twoSum"}
+)
 LIMITS = CodeLimits(test_timeout_s=2.0, problem_budget_s=20.0)
 
 
@@ -38,7 +46,11 @@ class _StandIn(BaseHTTPRequestHandler):
             return
         try:
             done = subprocess.run(
-                [sys.executable, "-c", body["code"]], input=body["stdin"], capture_output=True, text=True, timeout=body["run_timeout"]
+                [sys.executable, "-c", body["code"]],
+                input=body["stdin"],
+                capture_output=True,
+                text=True,
+                timeout=body["run_timeout"],
             )
             run = {"status": "Finished", "return_code": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
         except subprocess.TimeoutExpired:
@@ -77,7 +89,11 @@ def fenced(code: str) -> str:
         ("a, b = map(int, input().split())\nprint(a * b + 1)", ADD, "wrong_answer"),
         ("raise SystemExit(3)", ADD, "runtime_error"),
         ("while True:\n    pass", ADD, "timeout"),
-        ("class Solution:\n    def twoSum(self, nums, target):\n        print('noise')\n        return (0, 1)", TWO_SUM, "correct"),
+        (
+            "class Solution:\n    def twoSum(self, nums, target):\n        print('noise')\n        return (0, 1)",
+            TWO_SUM,
+            "correct",
+        ),
         ("class Solution:\n    def twoSum(self, nums, target):\n        return [1, 0]", TWO_SUM, "wrong_answer"),
     ],
 )

@@ -112,7 +112,9 @@ def test_wall_clock_limit_kills_the_run(sandbox):
 
 
 def test_output_is_capped(sandbox):
-    result = _run(sandbox, "import sys\nwhile True: sys.stdout.write('x' * 4096)", limits=Limits(wall_s=10, output_bytes=100_000))
+    result = _run(
+        sandbox, "import sys\nwhile True: sys.stdout.write('x' * 4096)", limits=Limits(wall_s=10, output_bytes=100_000)
+    )
     assert result.output_truncated and len(result.stdout) == 100_000
     assert_no_stray_processes()
 
