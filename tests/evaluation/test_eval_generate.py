@@ -11,6 +11,7 @@ import types
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from dfpo.evaluation.backends import Completion, GenerationRequest, build_backend
@@ -218,20 +219,49 @@ class ScriptedBackend:
         ]
 
 
+def _lcb_parquet(path: Path) -> Path:
+    """Two LiveCodeBench-style stdin problems in data_prep's layout (ground truth = JSON tests)."""
+    tests = [
+        {"input": "3\n", "output": "6\n", "testtype": "stdin"},
+        {"input": "5\n", "output": "10\n", "testtype": "stdin"},
+    ]
+    rows = [
+        {
+            "data_source": "livecodebench",
+            "prompt": [{"role": "user", "content": f"### Question:\nDouble the number ({i}).\n### Answer:\n"}],
+            "ability": "code",
+            "reward_model": {"style": "rule", "ground_truth": json.dumps({"tests": tests, "fn_name": None})},
+            "extra_info": {"split": "test", "index": i, "difficulty": level},
+        }
+        for i, level in enumerate(["easy", "hard"])
+    ]
+    pd.DataFrame(rows).to_parquet(path)
+    return path
+
+
 def test_real_reward_scorer_scores_known_answers(tmp_path, write_math_parquet_fn):
     pytest.importorskip("reward.score")
-    write = write_math_parquet_fn
-    data = write(tmp_path / "aime.parquet", "aime25", ["204", "\\frac{1}{2}"])
-    problems = load_problems(data)
-    responses = {"aime25/0": ["so \\boxed{204}", "\\boxed{205}"], "aime25/1": ["\\boxed{0.5}", "no answer"]}
+    math_file = write_math_parquet_fn(tmp_path / "aime.parquet", "aime25", ["204", "\\frac{1}{2}"])
+    problems = load_problems(math_file) + load_problems(_lcb_parquet(tmp_path / "lcb.parquet"))
+    good, bad = "```python\nprint(int(input()) * 2)\n```", "```python\nprint(int(input()) + 1)\n```"
+    responses = {
+        "aime25/0": ["so \\boxed{204}", "\\boxed{205}"],
+        "aime25/1": ["\\boxed{0.5}", "no answer"],
+        "livecodebench/0": [good, good],
+        "livecodebench/1": [bad, "no code at all"],
+    }
     store = RunStore(tmp_path / "run", {**_manifest(problems, k=2), "scorer": "reward.score:compute_score"})
     with ParallelScorer("reward.score:compute_score", num_workers=0) as scorer:
         summary = run_evaluation(problems, ScriptedBackend(responses), scorer, store, 2, 0, 8, False)
     records = read_samples(tmp_path / "run")
-    assert [r["acc"] for r in records] == [1.0, 0.0, 1.0, 0.0]
+    assert [r["acc"] for r in records] == [1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0]
     assert all(isinstance(r["reason"], str) and r["reason"] for r in records)
+    assert records[4]["details"]["pass_fraction"] == 1.0 and records[6]["reason"] == "wrong_answer"
     assert summary["by_data_source"]["aime25"]["avg@k"] == pytest.approx(0.5)
-    assert summary["overall"]["pass@k"]["2"] == pytest.approx(1.0)
+    assert summary["by_data_source"]["livecodebench"]["pass@k"]["2"] == pytest.approx(0.5)
+    assert summary["by_difficulty"]["livecodebench"]["easy"]["avg@k"] == 1.0
+    assert summary["by_difficulty"]["livecodebench"]["hard"]["avg@k"] == 0.0
+    assert summary["overall"]["pass@k"]["2"] == pytest.approx(0.75)
 
 
 def test_generate_command_with_worker_processes_and_the_real_scorer(tiny_model_dir, tmp_path, write_math_parquet_fn):
