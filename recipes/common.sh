@@ -1,0 +1,341 @@
+# shellcheck shell=bash
+# DFPO recipes: the one shared launcher of every training run in recipes/.
+#
+# A run script sources this file and a model file, then calls `dfpo_launch METHOD "$@"`:
+#
+#     source "$RECIPES_DIR/common.sh"
+#     source "$RECIPES_DIR/models/qwen3_32b.sh"
+#     dfpo_launch dfpo_min_replace "$@"
+#
+# It builds the Hydra overrides of `python -m dfpo.main` (verl 0.9.1's main_ppo with DFPO's trainer
+# and config, dfpo/config/dfpo_trainer.yaml) and runs them, appending the console output to
+# $LOG_DIR/$EXPERIMENT_NAME.console.log.
+#
+# Precedence, lowest to highest: the defaults below (${VAR:-default}) < the model file's values
+# (: "${VAR:=value}", so they never replace a variable you exported) < variables exported by the
+# caller < extra Hydra overrides given to the run script ("$@", appended last: Hydra keeps the last
+# value of a key). Prefer variables for anything that names the run (GROUP_SIZE, SEED): the
+# experiment name is built from them.
+#
+# Required: MODEL_PATH (a local Hugging Face checkpoint directory; for GPT-OSS the bf16 one).
+# DRY_RUN=1 prints the final command on one shell-quoted line instead of running it; it checks the
+# variables but not that files exist (missing files are reported on stderr only).
+#
+# Methods (METHOD.md §4; the values set here are what the recipe test checks):
+#   dfpo_min_replace   adv_estimator=dfpo, loss_mode=dfpo, dfpo_transform=min_replace (Eq. 17)
+#   dfpo_orth_proj     adv_estimator=dfpo, loss_mode=dfpo, dfpo_transform=orth_proj (Eq. 18)
+#   dfpo_no_stop_grad  ablation: min_replace with dfpo_stop_grad=false
+#   dfpo_scale_0p5     ablation: dfpo_transform=scale, dfpo_scale=0.5 (keeps the asymmetry)
+#   gspo               adv_estimator=grpo, loss_mode=gspo, clip 3e-4/4e-4, seq-mean-token-mean
+#   grpo               adv_estimator=grpo, loss_mode=vanilla (PPO clip 0.2/0.2), token-mean
+#   grpo_fix           adv_estimator=grpo, loss_mode=cispo with symmetric clip 0.2/0.2, token-mean
+
+DFPO_METHODS=(dfpo_min_replace dfpo_orth_proj dfpo_no_stop_grad dfpo_scale_0p5 gspo grpo grpo_fix)
+DFPO_REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+dfpo_die() {
+    echo "dfpo recipe error: $*" >&2
+    exit 1
+}
+
+dfpo_is_true() {
+    case "${1,,}" in
+        1 | true | yes | on) return 0 ;;
+        0 | false | no | off | "") return 1 ;;
+        *) dfpo_die "expected a boolean (1/0, true/false), got '$1'" ;;
+    esac
+}
+
+# dfpo_require VAR...: every VAR must be set and non-empty (the model file or the caller sets them).
+dfpo_require() {
+    local name
+    for name in "$@"; do
+        if [[ -z "${!name:-}" ]]; then
+            if [[ "$name" == MODEL_PATH ]]; then
+                dfpo_die "MODEL_PATH is not set. Export it to the model's local Hugging Face checkpoint directory, e.g. MODEL_PATH=/path/to/Qwen3-32B bash $0"
+            fi
+            dfpo_die "$name is not set. Set it in the environment, or source a model file (recipes/models/*.sh) before calling dfpo_launch."
+        fi
+    done
+}
+
+# dfpo_check_int NAME VALUE [NAME VALUE...]: every VALUE must be a positive integer (NAME is the knob).
+dfpo_check_int() {
+    while [[ $# -ge 2 ]]; do
+        [[ "$2" =~ ^[1-9][0-9]*$ ]] || dfpo_die "$1 must be a positive integer, got '$2'"
+        shift 2
+    done
+}
+
+# dfpo_quote TEXT: TEXT as a single-quoted Hydra string (paths may hold characters Hydra parses).
+dfpo_quote() {
+    # shellcheck disable=SC1003  # '\' is the one-character string: a backslash
+    [[ "$1" != *"'"* && "$1" != *'\'* ]] || dfpo_die "cannot pass '$1' to Hydra: it contains a quote or a backslash; rename or link the path"
+    printf "'%s'" "$1"
+}
+
+# dfpo_expand_home PATH: a leading ~/ becomes $HOME/ (Hydra and verl do not expand it).
+dfpo_expand_home() {
+    # shellcheck disable=SC2088  # the literal ~/ prefix is what is tested
+    if [[ "$1" == "~/"* ]]; then
+        printf '%s' "$HOME/${1#\~/}"
+    else
+        printf '%s' "$1"
+    fi
+}
+
+# dfpo_hydra_list "a,b,c": the Hydra list ['a','b','c'] of comma-separated paths.
+dfpo_hydra_list() {
+    local item items=() out
+    IFS=',' read -r -a items <<<"$1"
+    out=""
+    for item in "${items[@]}"; do
+        [[ -n "$item" ]] || continue
+        out+="${out:+,}$(dfpo_quote "$(dfpo_expand_home "$item")")"
+    done
+    [[ -n "$out" ]] || dfpo_die "empty file list '$1'"
+    printf '[%s]' "$out"
+}
+
+# dfpo_method_overrides METHOD: sets DFPO_METHOD_OVERRIDES to the Hydra overrides selecting METHOD.
+dfpo_method_overrides() {
+    local dfpo_common=(
+        algorithm.adv_estimator=dfpo
+        actor_rollout_ref.actor.policy_loss.loss_mode=dfpo
+        actor_rollout_ref.actor.policy_loss.dfpo_scope=all
+        actor_rollout_ref.actor.policy_loss.dfpo_exact_groups=true
+        actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
+    )
+    case "$1" in
+        dfpo_min_replace)
+            DFPO_METHOD_OVERRIDES=("${dfpo_common[@]}"
+                actor_rollout_ref.actor.policy_loss.dfpo_transform=min_replace
+                actor_rollout_ref.actor.policy_loss.dfpo_stop_grad=true) ;;
+        dfpo_orth_proj)
+            DFPO_METHOD_OVERRIDES=("${dfpo_common[@]}"
+                actor_rollout_ref.actor.policy_loss.dfpo_transform=orth_proj
+                actor_rollout_ref.actor.policy_loss.dfpo_stop_grad=true) ;;
+        dfpo_no_stop_grad)
+            DFPO_METHOD_OVERRIDES=("${dfpo_common[@]}"
+                actor_rollout_ref.actor.policy_loss.dfpo_transform=min_replace
+                actor_rollout_ref.actor.policy_loss.dfpo_stop_grad=false) ;;
+        dfpo_scale_0p5)
+            DFPO_METHOD_OVERRIDES=("${dfpo_common[@]}"
+                actor_rollout_ref.actor.policy_loss.dfpo_transform=scale
+                actor_rollout_ref.actor.policy_loss.dfpo_scale=0.5
+                actor_rollout_ref.actor.policy_loss.dfpo_stop_grad=true) ;;
+        gspo)
+            DFPO_METHOD_OVERRIDES=(
+                algorithm.adv_estimator=grpo
+                actor_rollout_ref.actor.policy_loss.loss_mode=gspo
+                actor_rollout_ref.actor.clip_ratio_low=3e-4
+                actor_rollout_ref.actor.clip_ratio_high=4e-4
+                actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean) ;;
+        grpo)
+            DFPO_METHOD_OVERRIDES=(
+                algorithm.adv_estimator=grpo
+                actor_rollout_ref.actor.policy_loss.loss_mode=vanilla
+                actor_rollout_ref.actor.clip_ratio_low=0.2
+                actor_rollout_ref.actor.clip_ratio_high=0.2
+                actor_rollout_ref.actor.loss_agg_mode=token-mean) ;;
+        grpo_fix)
+            # cispo: -sg[clip(r, 1-low, 1+high)]·Â·log π, the truncation independent of the sign of Â.
+            DFPO_METHOD_OVERRIDES=(
+                algorithm.adv_estimator=grpo
+                actor_rollout_ref.actor.policy_loss.loss_mode=cispo
+                actor_rollout_ref.actor.clip_ratio_low=0.2
+                actor_rollout_ref.actor.clip_ratio_high=0.2
+                actor_rollout_ref.actor.loss_agg_mode=token-mean) ;;
+        *)
+            dfpo_die "unknown method '$1'; valid methods: ${DFPO_METHODS[*]}" ;;
+    esac
+}
+
+# dfpo_check_local_path WHAT PATH: fail when PATH is local and missing (hdfs:// and the like pass).
+dfpo_check_local_path() {
+    local what="$1" path="$2"
+    [[ "$path" == *"://"* ]] && return 0
+    if [[ ! -e "$path" ]]; then
+        if dfpo_is_true "${DRY_RUN:-0}"; then
+            echo "dfpo recipe warning: $what $path does not exist (DRY_RUN: not checked further)" >&2
+        else
+            dfpo_die "$what $path does not exist. $3"
+        fi
+    fi
+}
+
+# dfpo_launch METHOD [HYDRA_OVERRIDE...]: run (or with DRY_RUN=1 print) one training run.
+dfpo_launch() {
+    [[ $# -ge 1 ]] || dfpo_die "usage: dfpo_launch METHOD [hydra overrides...]; methods: ${DFPO_METHODS[*]}"
+    local method="$1"
+    shift
+    dfpo_method_overrides "$method"
+
+    dfpo_require MODEL_PATH MODEL_NAME MAX_RESPONSE_LENGTH SP_SIZE ROLLOUT_TP \
+        PPO_MAX_TOKEN_LEN_PER_GPU LOG_PROB_MAX_TOKEN_LEN_PER_GPU USE_REMOVE_PADDING
+
+    # ---- paths ---------------------------------------------------------------------------------
+    local python="${PYTHON:-python3}"
+    local model_path data_dir output_root
+    # shellcheck disable=SC2153  # MODEL_PATH is the caller's variable, checked by dfpo_require above
+    model_path="$(dfpo_expand_home "$MODEL_PATH")"
+    data_dir="$(dfpo_expand_home "${DATA_DIR:-$HOME/data/dfpo}")"
+    output_root="$(dfpo_expand_home "${OUTPUT_ROOT:-$HOME/dfpo_runs}")"
+    local train_files="${TRAIN_FILES:-$data_dir/math_train.parquet,$data_dir/code_train.parquet}"
+    local val_files="${VAL_FILES:-$data_dir/aime25.parquet,$data_dir/hmmt25.parquet,$data_dir/lcb_v6.parquet}"
+
+    # ---- cluster, batch, lengths ---------------------------------------------------------------
+    local nnodes="${NNODES:-1}" gpus_per_node="${GPUS_PER_NODE:-8}"
+    local group_size="${GROUP_SIZE:-8}"                 # G: responses per prompt
+    local train_batch_size="${TRAIN_BATCH_SIZE:-128}"   # prompts per step (× G responses)
+    local ppo_mini_batch_size="${PPO_MINI_BATCH_SIZE:-32}"  # prompts per optimizer update
+    local ppo_epochs="${PPO_EPOCHS:-1}"
+    local max_prompt_length="${MAX_PROMPT_LENGTH:-2048}"
+    local seed="${SEED:-1}"
+    local total_training_steps="${TOTAL_TRAINING_STEPS:-300}"
+    dfpo_check_int NNODES "$nnodes" GPUS_PER_NODE "$gpus_per_node" GROUP_SIZE "$group_size" \
+        TRAIN_BATCH_SIZE "$train_batch_size" PPO_MINI_BATCH_SIZE "$ppo_mini_batch_size" PPO_EPOCHS "$ppo_epochs" \
+        MAX_PROMPT_LENGTH "$max_prompt_length" SEED "$seed" TOTAL_TRAINING_STEPS "$total_training_steps" \
+        MAX_RESPONSE_LENGTH "$MAX_RESPONSE_LENGTH" SP_SIZE "$SP_SIZE" ROLLOUT_TP "$ROLLOUT_TP" \
+        PPO_MAX_TOKEN_LEN_PER_GPU "$PPO_MAX_TOKEN_LEN_PER_GPU" LOG_PROB_MAX_TOKEN_LEN_PER_GPU "$LOG_PROB_MAX_TOKEN_LEN_PER_GPU"
+    if ((train_batch_size % ppo_mini_batch_size != 0)); then
+        dfpo_die "TRAIN_BATCH_SIZE=$train_batch_size is not a multiple of PPO_MINI_BATCH_SIZE=$ppo_mini_batch_size (each step would end with a smaller mini-batch)"
+    fi
+    local max_seq=$((max_prompt_length + MAX_RESPONSE_LENGTH))
+    if ((PPO_MAX_TOKEN_LEN_PER_GPU * SP_SIZE < max_seq || LOG_PROB_MAX_TOKEN_LEN_PER_GPU * SP_SIZE < max_seq)); then
+        dfpo_die "token budget too small: PPO_MAX_TOKEN_LEN_PER_GPU=$PPO_MAX_TOKEN_LEN_PER_GPU and LOG_PROB_MAX_TOKEN_LEN_PER_GPU=$LOG_PROB_MAX_TOKEN_LEN_PER_GPU times SP_SIZE=$SP_SIZE must each hold one sequence of MAX_PROMPT_LENGTH+MAX_RESPONSE_LENGTH=$max_seq tokens"
+    fi
+
+    local project_name="${PROJECT_NAME:-dfpo}"
+    local experiment_name="${EXPERIMENT_NAME:-${method}-${MODEL_NAME}-g${group_size}-seed${seed}}"
+    local ckpt_dir log_dir
+    ckpt_dir="$(dfpo_expand_home "${CKPT_DIR:-$output_root/checkpoints/$project_name/$experiment_name}")"
+    log_dir="$(dfpo_expand_home "${LOG_DIR:-$output_root/logs/$project_name}")"
+    # verl's FileLogger opens its file with "wb": one file per launch keeps a resumed run's history.
+    local file_log
+    file_log="$log_dir/$experiment_name.$(date -u +%Y%m%dT%H%M%SZ).jsonl"
+
+    # ---- the overrides -------------------------------------------------------------------------
+    local overrides=(
+        # data (prepared by data_prep; see the README's data section)
+        "data.train_files=$(dfpo_hydra_list "$train_files")"
+        "data.val_files=$(dfpo_hydra_list "$val_files")"
+        data.prompt_key=prompt
+        "data.max_prompt_length=$max_prompt_length"
+        "data.max_response_length=$MAX_RESPONSE_LENGTH"
+        "data.train_batch_size=$train_batch_size"
+        data.filter_overlong_prompts=true
+        data.truncation=error
+        "data.seed=$seed"
+
+        # algorithm shared by every method (the method's own keys follow below)
+        algorithm.norm_adv_by_std_in_grpo=true
+        algorithm.use_kl_in_reward=false
+        "algorithm.rollout_correction.rollout_is=${ROLLOUT_IS:-null}"
+        "algorithm.rollout_correction.rollout_is_threshold=${ROLLOUT_IS_THRESHOLD:-2.0}"
+
+        # model
+        "actor_rollout_ref.model.path=$(dfpo_quote "$model_path")"
+        "actor_rollout_ref.model.use_remove_padding=$USE_REMOVE_PADDING"
+        "actor_rollout_ref.model.enable_gradient_checkpointing=${GRADIENT_CHECKPOINTING:-true}"
+
+        # actor: optimizer and PPO loop
+        "actor_rollout_ref.actor.strategy=${ACTOR_STRATEGY:-fsdp2}"
+        "actor_rollout_ref.actor.optim.lr=${LR:-1e-6}"
+        "actor_rollout_ref.actor.optim.lr_warmup_steps=${LR_WARMUP_STEPS:-10}"
+        "actor_rollout_ref.actor.optim.weight_decay=${WEIGHT_DECAY:-0.1}"
+        "actor_rollout_ref.actor.grad_clip=${GRAD_CLIP:-1.0}"
+        "actor_rollout_ref.actor.ppo_mini_batch_size=$ppo_mini_batch_size"
+        "actor_rollout_ref.actor.ppo_epochs=$ppo_epochs"
+        "actor_rollout_ref.actor.shuffle=${ACTOR_SHUFFLE:-false}"
+        "actor_rollout_ref.actor.data_loader_seed=$seed"
+        "actor_rollout_ref.actor.entropy_coeff=${ENTROPY_COEFF:-0}"
+        "actor_rollout_ref.actor.use_kl_loss=${USE_KL_LOSS:-false}"
+        "actor_rollout_ref.actor.kl_loss_coef=${KL_LOSS_COEF:-0.001}"
+        actor_rollout_ref.actor.kl_loss_type=low_var_kl
+
+        # actor: memory and parallelism
+        "actor_rollout_ref.actor.use_dynamic_bsz=${USE_DYNAMIC_BSZ:-true}"
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=$PPO_MAX_TOKEN_LEN_PER_GPU"
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size=$SP_SIZE"
+        "actor_rollout_ref.actor.fsdp_config.param_offload=${PARAM_OFFLOAD:-true}"
+        "actor_rollout_ref.actor.fsdp_config.optimizer_offload=${OPTIMIZER_OFFLOAD:-true}"
+        "actor_rollout_ref.actor.fsdp_config.fsdp_size=${FSDP_SIZE:--1}"
+
+        # reference policy (only built when USE_KL_LOSS=true)
+        "actor_rollout_ref.ref.fsdp_config.param_offload=${PARAM_OFFLOAD:-true}"
+        "actor_rollout_ref.ref.ulysses_sequence_parallel_size=$SP_SIZE"
+        "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=$LOG_PROB_MAX_TOKEN_LEN_PER_GPU"
+
+        # rollout (vLLM, colocated with the actor)
+        "actor_rollout_ref.rollout.name=${ROLLOUT_NAME:-vllm}"
+        "actor_rollout_ref.rollout.n=$group_size"
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=$ROLLOUT_TP"
+        "actor_rollout_ref.rollout.gpu_memory_utilization=${GPU_MEMORY_UTILIZATION:-0.7}"
+        "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=$LOG_PROB_MAX_TOKEN_LEN_PER_GPU"
+        "actor_rollout_ref.rollout.seed=$seed"
+        "actor_rollout_ref.rollout.temperature=${TEMPERATURE:-1.0}"
+        "actor_rollout_ref.rollout.top_p=${TOP_P:-1.0}"
+        "actor_rollout_ref.rollout.top_k=${TOP_K:--1}"
+        actor_rollout_ref.rollout.val_kwargs.do_sample=true
+        "actor_rollout_ref.rollout.val_kwargs.n=${VAL_N:-4}"
+        "actor_rollout_ref.rollout.val_kwargs.temperature=${VAL_TEMPERATURE:-0.6}"
+        "actor_rollout_ref.rollout.val_kwargs.top_p=${VAL_TOP_P:-0.95}"
+        "actor_rollout_ref.rollout.val_kwargs.top_k=${VAL_TOP_K:-20}"
+
+        # reward: verl 0.9.1's keys (the top-level custom_reward_function.* and
+        # reward_model.reward_manager keys are ignored by 0.9.1; never use them)
+        "reward.custom_reward_function.path=$(dfpo_quote "$DFPO_REPO_ROOT/reward/score.py")"
+        reward.custom_reward_function.name=compute_score
+        "+reward.custom_reward_function.reward_kwargs.score_mode=${REWARD_SCORE_MODE:-binary}"
+        "+reward.custom_reward_function.reward_kwargs.code_backend=${CODE_BACKEND:-local}"
+        "reward.reward_manager.name=${REWARD_MANAGER:-naive}"
+        "reward.num_workers=${REWARD_NUM_WORKERS:-16}"
+
+        # trainer
+        "trainer.project_name=$project_name"
+        "trainer.experiment_name=$experiment_name"
+        "trainer.logger=${LOGGER:-[console,file]}"
+        "trainer.nnodes=$nnodes"
+        "trainer.n_gpus_per_node=$gpus_per_node"
+        "trainer.total_training_steps=$total_training_steps"
+        "trainer.total_epochs=${TOTAL_EPOCHS:-100}"
+        "trainer.save_freq=${SAVE_FREQ:-20}"
+        "trainer.test_freq=${TEST_FREQ:-20}"
+        "trainer.val_before_train=${VAL_BEFORE_TRAIN:-true}"
+        "trainer.resume_mode=${RESUME_MODE:-auto}"
+        "trainer.default_local_dir=$(dfpo_quote "$ckpt_dir")"
+        "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH=$(dfpo_quote "$file_log")"
+    )
+    if [[ -n "${SANDBOX_FUSION_URL:-}" ]]; then
+        overrides+=("+reward.custom_reward_function.reward_kwargs.sandbox_fusion_url=$(dfpo_quote "$SANDBOX_FUSION_URL")")
+    fi
+    overrides+=("${DFPO_METHOD_OVERRIDES[@]}")
+    if declare -p MODEL_OVERRIDES >/dev/null 2>&1; then
+        overrides+=("${MODEL_OVERRIDES[@]}")
+    fi
+
+    local cmd=("$python" -m dfpo.main "${overrides[@]}" "$@")
+
+    # ---- files the run reads -------------------------------------------------------------------
+    local file files=()
+    dfpo_check_local_path "MODEL_PATH" "$model_path" "Download the checkpoint first (see recipes in the README)."
+    IFS=',' read -r -a files <<<"$train_files,$val_files"
+    for file in "${files[@]}"; do
+        [[ -n "$file" ]] || continue
+        dfpo_check_local_path "data file" "$(dfpo_expand_home "$file")" \
+            "Prepare it with data_prep (README, 'Preparing the data') or set DATA_DIR / TRAIN_FILES / VAL_FILES."
+    done
+
+    if dfpo_is_true "${DRY_RUN:-0}"; then
+        printf '%q ' "${cmd[@]}"
+        printf '\n'
+        return 0
+    fi
+
+    "$python" -c "import dfpo.main" 2>/dev/null ||
+        dfpo_die "'$python -c \"import dfpo.main\"' failed: install the project on every node (pip install -e $DFPO_REPO_ROOT) or set PYTHON to the environment's interpreter"
+    mkdir -p "$log_dir"
+    echo "dfpo: $experiment_name -> $log_dir/$experiment_name.console.log, checkpoints in $ckpt_dir" >&2
+    PYTHONUNBUFFERED=1 "${cmd[@]}" 2>&1 | tee -a "$log_dir/$experiment_name.console.log"
+}
