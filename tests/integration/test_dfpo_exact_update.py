@@ -1,0 +1,213 @@
+"""DFPO through verl's real actor worker on CPU equals a single-process reference holding whole groups.
+
+The reference: for each optimizer step (the global mini-batch verl forms, reproduced by
+``global_mini_batches`` with verl's own iterator), log π_θ of every member of every group the
+mini-batch touches at the current parameters (s = 1 exactly on the first mini-batch of the first
+epoch, where θ = θ_old), DFPO's group weights over those whole groups, and the DFPO loss of the
+mini-batch rows with the global normaliser; one SGD step. verl's run splits the same data over
+micro-batches (fixed size 1, 2 or the whole mini-batch, or dynamic and reordered), over 1 or 2
+gloo ranks (the batch reordered as the trainer's length balancing does, so groups straddle ranks),
+2 mini-batches, 2 epochs, with and without shuffling.
+
+All runs of one world size share one set of spawned processes (importing verl costs far more
+than a tiny update), so each test below checks a list of cases.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dfpo.group_ids import group_ids
+from dfpo.group_statistics import compute_group_weights, row_statistics, shared_prefix_lengths
+from dfpo.loss import compute_dfpo_loss
+from tests.integration import cpu_verl_harness as h
+
+pytestmark = pytest.mark.slow
+
+NUM_PROMPTS, N = 4, 4
+BATCH_SPEC = h.BatchSpec(num_prompts=NUM_PROMPTS, n=N, seed=1)  # old log-probs = log π_θ0, as compute_log_prob writes
+DELTA_ATOL_FRACTION, DELTA_RTOL = 1e-5, 1e-4
+
+DFPO = [
+    "actor_rollout_ref.actor.policy_loss._target_=dfpo.loss_config.DFPOPolicyLossConfig",
+    "actor_rollout_ref.actor.policy_loss.loss_mode=dfpo",
+    "algorithm.adv_estimator=dfpo",
+]
+TWO_MINI_BATCHES_TWO_EPOCHS = [
+    f"actor_rollout_ref.rollout.n={N}",
+    f"actor_rollout_ref.actor.ppo_mini_batch_size={NUM_PROMPTS // 2}",
+    "actor_rollout_ref.actor.ppo_epochs=2",
+]
+DYNAMIC = [
+    "actor_rollout_ref.actor.use_dynamic_bsz=True",
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=40",
+    "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True",
+    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=40",
+]
+SHUFFLE = ["actor_rollout_ref.actor.shuffle=True"]
+
+
+def micro(size: int) -> list[str]:
+    return [f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={size}"]
+
+
+def dfpo(transform="min_replace", scope="all", stop_grad=True) -> list[str]:
+    return DFPO + [
+        f"+actor_rollout_ref.actor.policy_loss.dfpo_transform={transform}",
+        f"+actor_rollout_ref.actor.policy_loss.dfpo_scope={scope}",
+        f"+actor_rollout_ref.actor.policy_loss.dfpo_stop_grad={str(stop_grad).lower()}",
+    ]
+
+
+def rounds(rank, world_size, tmp_path, cases, batch):
+    """On one rank: for each (worker kind, overrides) build a fresh worker and run update_actor."""
+    from verl.workers.engine_workers import ActorRolloutRefWorker
+
+    from dfpo.workers import DFPOActorRolloutRefWorker
+
+    results = []
+    shard = h.dispatch_shards(batch, world_size)[rank]
+    for kind, overrides in cases:
+        cfg = h.compose_actor_config(h.ensure_tiny_model(f"{tmp_path}/model"), overrides)
+        worker_cls = DFPOActorRolloutRefWorker if kind == "dfpo" else ActorRolloutRefWorker
+        worker = worker_cls(cfg.actor_rollout_ref, role="actor")
+        worker.init_model()
+        before = h.actor_state_dict(worker)
+        output = worker.update_actor(h.with_update_meta(shard, **h.update_meta_from_config(worker.config)))
+        results.append(
+            (before, h.actor_state_dict(worker), dict(output["metrics"]) if output is not None else {})
+        )
+    return results
+
+
+def reference_update(tmp_path, batch, overrides, world_size):
+    """Parameters after the whole-group single-process DFPO update described in the module doc."""
+    cfg = h.compose_actor_config(h.ensure_tiny_model(f"{tmp_path}/model"), overrides)
+    options = h.actor_loss_config(cfg).policy_loss
+    meta = h.update_meta_from_config(cfg.actor_rollout_ref)
+    steps = h.global_mini_batches(len(batch), world_size, meta["mini_batch_size"], meta["epochs"], meta["shuffle"], meta["seed"])
+    model = h.load_hf_model(f"{tmp_path}/model")
+    optimizer = torch.optim.SGD(model.parameters(), lr=float(cfg.actor_rollout_ref.actor.optim.lr))
+    gid = group_ids(list(batch["uid"]))
+    old = h.padded_response_field(batch, "old_log_probs")
+    adv = h.padded_response_field(batch, "advantages")
+    mask = h.padded_response_field(batch, "response_mask").to(torch.bool)
+    prefix = shared_prefix_lengths(h.padded_response_field(batch, "responses"), mask, gid)
+    scope_prefix = prefix if options.dfpo_scope == "shared_prefix" else None
+    for k, rows in enumerate(steps):
+        rows_t = torch.tensor(rows)
+        needed = torch.nonzero(torch.isin(gid, gid[rows_t])).flatten()
+        with torch.no_grad():
+            lp = old[needed] if k == 0 else h.hf_response_log_probs(model, h.select_samples(batch, needed.tolist()))
+        lp = torch.nn.functional.pad(lp, (0, old.shape[1] - lp.shape[1]))
+        stats = row_statistics(lp, old[needed], adv[needed], mask[needed], gid[needed], None if scope_prefix is None else scope_prefix[needed])
+        weights = compute_group_weights(stats, options.dfpo_transform, options.dfpo_scale, options.dfpo_stop_grad)
+        position = {int(r): i for i, r in enumerate(needed)}
+        optimizer.zero_grad(set_to_none=True)
+        log_prob = h.hf_response_log_probs(model, h.select_samples(batch, rows))
+        width = log_prob.shape[1]
+        loss, _ = compute_dfpo_loss(
+            old[rows_t][:, :width],
+            log_prob,
+            adv[rows_t][:, :width],
+            mask[rows_t][:, :width],
+            gid[rows_t],
+            transform=options.dfpo_transform,
+            scope=options.dfpo_scope,
+            stop_grad=options.dfpo_stop_grad,
+            num_sequences=len(rows),
+            group_weights=weights.select(torch.tensor([position[r] for r in rows])),
+            prefix_len=prefix[rows_t],
+        )
+        loss.backward()
+        optimizer.step()
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def assert_same_update(before, after, expected_after, label):
+    deltas = {k: after[k] - before[k] for k in after}
+    scale = max(float(d.abs().max()) for d in deltas.values())
+    assert scale > 1e-4, f"{label}: update_actor did not move the parameters"
+    for name, delta in deltas.items():
+        torch.testing.assert_close(
+            delta,
+            expected_after[name] - before[name],
+            rtol=DELTA_RTOL,
+            atol=DELTA_ATOL_FRACTION * scale,
+            msg=lambda m, name=name: f"{label}: {name}: {m}",
+        )
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("dfpo_exact")
+    h.save_tiny_model(path / "model", seed=0)
+    return path
+
+
+WORLD1_CASES = {
+    "min_replace micro=1": dfpo() + micro(1),
+    "orth_proj micro=whole shuffle": dfpo("orth_proj") + micro(8) + SHUFFLE,
+    "min_replace dynamic shuffle": dfpo() + DYNAMIC + SHUFFLE,
+    "scale micro=2": dfpo("scale") + micro(2),
+    "none shared_prefix micro=2": dfpo("none", "shared_prefix") + micro(2),
+    "min_replace no-stop-grad micro=2": dfpo(stop_grad=False) + micro(2),
+    "orth_proj no-stop-grad shared_prefix dynamic": dfpo("orth_proj", "shared_prefix", False) + DYNAMIC,
+}
+
+WORLD2_CASES = {
+    "min_replace micro=1 shuffle": dfpo() + micro(1) + SHUFFLE,
+    "orth_proj dynamic": dfpo("orth_proj") + DYNAMIC,
+    "min_replace no-stop-grad shared_prefix micro=whole": dfpo(stop_grad=False, scope="shared_prefix") + micro(4),
+}
+
+
+def _check(workdir, batch, cases, world_size):
+    results = h.run_ranks(rounds, world_size, str(workdir), [("dfpo", TWO_MINI_BATCHES_TWO_EPOCHS + o) for o in cases.values()], batch)
+    for index, (label, overrides) in enumerate(cases.items()):
+        before, after, metrics = results[0][index]
+        expected = reference_update(str(workdir), batch, TWO_MINI_BATCHES_TWO_EPOCHS + overrides, world_size)
+        assert_same_update(before, after, expected, f"world={world_size} {label}")
+        for other in results[1:]:  # FSDP keeps replicas identical
+            for name, value in other[index][1].items():
+                torch.testing.assert_close(value, after[name])
+        assert len(metrics["dfpo/prepass_forward"]) == 4  # 2 mini-batches x 2 epochs
+        assert metrics["dfpo/prepass_forward"][0] == 0.0 and all(v == 1.0 for v in metrics["dfpo/prepass_forward"][1:])
+        if "orth_proj" in label or "min_replace" in label:
+            assert max(metrics["dfpo/cancellation_residual_after"]) < 1e-6, (label, metrics["dfpo/cancellation_residual_after"])
+        assert min(metrics["dfpo/cancellation_residual_before"]) > 1e-3
+    return results
+
+
+def test_world_size_1_matches_whole_group_reference(workdir):
+    batch = h.make_batch(workdir / "model", BATCH_SPEC)
+    _check(workdir, batch, WORLD1_CASES, 1)
+
+
+def test_two_gloo_ranks_with_groups_split_by_length_balancing(workdir):
+    batch = h.balance_like_trainer(h.make_batch(workdir / "model", BATCH_SPEC), 2)
+    ranks_of_group = {}
+    for position, uid in enumerate(list(batch["uid"])):
+        ranks_of_group.setdefault(uid, set()).add(position // (len(batch) // 2))
+    assert any(len(r) == 2 for r in ranks_of_group.values()), "the balanced batch should split some group over ranks"
+    results = _check(workdir, batch, WORLD2_CASES, 2)
+    # groups straddle mini-batches here: the pre-pass forwards members outside the mini-batch
+    assert max(max(r[2].get("dfpo/prepass_rows_per_mini_batch_row", [0])) for r in results[0]) >= 1.0
+
+
+def test_verl_gspo_update_is_unchanged_by_dfpo_worker(workdir):
+    batch = h.make_batch(workdir / "model", BATCH_SPEC)
+    gspo = TWO_MINI_BATCHES_TWO_EPOCHS + micro(2) + ["actor_rollout_ref.actor.policy_loss.loss_mode=gspo"]
+    vanilla = TWO_MINI_BATCHES_TWO_EPOCHS + micro(2) + ["actor_rollout_ref.actor.policy_loss.loss_mode=vanilla"]
+    (results,) = h.run_ranks(
+        rounds, 1, str(workdir), [("verl", gspo), ("dfpo", gspo), ("verl", vanilla), ("dfpo", vanilla)], batch
+    )
+    for (verl_run, dfpo_run) in ((results[0], results[1]), (results[2], results[3])):
+        for name, value in verl_run[1].items():
+            torch.testing.assert_close(dfpo_run[1][name], value, rtol=0, atol=0)
+    gspo_metrics, vanilla_metrics = results[1][2], results[3][2]
+    assert all(0.0 <= v <= 1.0 for v in gspo_metrics["dfpo/cancellation_residual_before"])
+    assert max(gspo_metrics["dfpo/cancellation_residual_before"]) > 1e-3  # GSPO pays the learning tax
+    assert "dfpo/shared_token_clip_residual" in vanilla_metrics
+    assert "dfpo/shared_prefix_token_frac" in gspo_metrics
