@@ -67,10 +67,21 @@ dfpo_check_int() {
     done
 }
 
-# dfpo_quote TEXT: TEXT as a single-quoted Hydra string (paths may hold characters Hydra parses).
+# dfpo_check_quotable KNOB VALUE...: every VALUE can be written as a single-quoted Hydra string.
+# (Called in the launcher's own shell: an error inside $(...) would only end that subshell.)
+dfpo_check_quotable() {
+    local knob="$1" value
+    shift
+    for value in "$@"; do
+        # shellcheck disable=SC1003  # '\' is the one-character string: a backslash
+        [[ "$value" != *"'"* && "$value" != *'\'* ]] ||
+            dfpo_die "$knob: cannot pass '$value' to Hydra: it contains a quote or a backslash; rename or link the path"
+    done
+}
+
+# dfpo_quote TEXT: TEXT as a single-quoted Hydra string (paths may hold characters Hydra parses);
+# TEXT must have passed dfpo_check_quotable.
 dfpo_quote() {
-    # shellcheck disable=SC1003  # '\' is the one-character string: a backslash
-    [[ "$1" != *"'"* && "$1" != *'\'* ]] || dfpo_die "cannot pass '$1' to Hydra: it contains a quote or a backslash; rename or link the path"
     printf "'%s'" "$1"
 }
 
@@ -84,16 +95,26 @@ dfpo_expand_home() {
     fi
 }
 
-# dfpo_hydra_list "a,b,c": the Hydra list ['a','b','c'] of comma-separated paths.
-dfpo_hydra_list() {
-    local item items=() out
-    IFS=',' read -r -a items <<<"$1"
-    out=""
+# dfpo_split_files OUT KNOB "a,b,c": the comma-separated paths as the array OUT (~/ expanded),
+# refusing an empty list or a path Hydra cannot take.
+dfpo_split_files() {
+    local -n out_files="$1"
+    local knob="$2" item items=()
+    out_files=()
+    IFS=',' read -r -a items <<<"$3"
     for item in "${items[@]}"; do
-        [[ -n "$item" ]] || continue
-        out+="${out:+,}$(dfpo_quote "$(dfpo_expand_home "$item")")"
+        [[ -n "$item" ]] && out_files+=("$(dfpo_expand_home "$item")")
     done
-    [[ -n "$out" ]] || dfpo_die "empty file list '$1'"
+    [[ ${#out_files[@]} -gt 0 ]] || dfpo_die "$knob: empty file list '$3'"
+    dfpo_check_quotable "$knob" "${out_files[@]}"
+}
+
+# dfpo_hydra_list PATH...: the Hydra list ['a','b'] of checked paths.
+dfpo_hydra_list() {
+    local item out=""
+    for item in "$@"; do
+        out+="${out:+,}$(dfpo_quote "$item")"
+    done
     printf '[%s]' "$out"
 }
 
@@ -181,8 +202,10 @@ dfpo_launch() {
     model_path="$(dfpo_expand_home "$MODEL_PATH")"
     data_dir="$(dfpo_expand_home "${DATA_DIR:-$HOME/data/dfpo}")"
     output_root="$(dfpo_expand_home "${OUTPUT_ROOT:-$HOME/dfpo_runs}")"
-    local train_files="${TRAIN_FILES:-$data_dir/math_train.parquet,$data_dir/code_train.parquet}"
-    local val_files="${VAL_FILES:-$data_dir/aime25.parquet,$data_dir/hmmt25.parquet,$data_dir/lcb_v6.parquet}"
+    local train_files=() val_files=()
+    dfpo_split_files train_files TRAIN_FILES "${TRAIN_FILES:-$data_dir/math_train.parquet,$data_dir/code_train.parquet}"
+    dfpo_split_files val_files VAL_FILES "${VAL_FILES:-$data_dir/aime25.parquet,$data_dir/hmmt25.parquet,$data_dir/lcb_v6.parquet}"
+    dfpo_check_quotable MODEL_PATH "$model_path"
 
     # ---- cluster, batch, lengths ---------------------------------------------------------------
     local nnodes="${NNODES:-1}" gpus_per_node="${GPUS_PER_NODE:-8}"
@@ -214,12 +237,16 @@ dfpo_launch() {
     # verl's FileLogger opens its file with "wb": one file per launch keeps a resumed run's history.
     local file_log
     file_log="$log_dir/$experiment_name.$(date -u +%Y%m%dT%H%M%SZ).jsonl"
+    dfpo_check_quotable "OUTPUT_ROOT/CKPT_DIR/LOG_DIR/EXPERIMENT_NAME" "$ckpt_dir" "$file_log"
+    dfpo_check_quotable "the repository path" "$DFPO_REPO_ROOT"
+    dfpo_check_quotable "PROJECT_NAME/EXPERIMENT_NAME" "$project_name" "$experiment_name"
+    dfpo_check_quotable SANDBOX_FUSION_URL "${SANDBOX_FUSION_URL:-}"
 
     # ---- the overrides -------------------------------------------------------------------------
     local overrides=(
         # data (prepared by data_prep; see the README's data section)
-        "data.train_files=$(dfpo_hydra_list "$train_files")"
-        "data.val_files=$(dfpo_hydra_list "$val_files")"
+        "data.train_files=$(dfpo_hydra_list "${train_files[@]}")"
+        "data.val_files=$(dfpo_hydra_list "${val_files[@]}")"
         data.prompt_key=prompt
         "data.max_prompt_length=$max_prompt_length"
         "data.max_response_length=$MAX_RESPONSE_LENGTH"
@@ -293,8 +320,8 @@ dfpo_launch() {
         "reward.num_workers=${REWARD_NUM_WORKERS:-16}"
 
         # trainer
-        "trainer.project_name=$project_name"
-        "trainer.experiment_name=$experiment_name"
+        "trainer.project_name=$(dfpo_quote "$project_name")"
+        "trainer.experiment_name=$(dfpo_quote "$experiment_name")"
         "trainer.logger=${LOGGER:-[console,file]}"
         "trainer.nnodes=$nnodes"
         "trainer.n_gpus_per_node=$gpus_per_node"
@@ -318,12 +345,10 @@ dfpo_launch() {
     local cmd=("$python" -m dfpo.main "${overrides[@]}" "$@")
 
     # ---- files the run reads -------------------------------------------------------------------
-    local file files=()
+    local file
     dfpo_check_local_path "MODEL_PATH" "$model_path" "Download the checkpoint first (see recipes in the README)."
-    IFS=',' read -r -a files <<<"$train_files,$val_files"
-    for file in "${files[@]}"; do
-        [[ -n "$file" ]] || continue
-        dfpo_check_local_path "data file" "$(dfpo_expand_home "$file")" \
+    for file in "${train_files[@]}" "${val_files[@]}"; do
+        dfpo_check_local_path "data file" "$file" \
             "Prepare it with data_prep (README, 'Preparing the data') or set DATA_DIR / TRAIN_FILES / VAL_FILES."
     done
 

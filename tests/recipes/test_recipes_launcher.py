@@ -1,0 +1,218 @@
+"""The shared launcher recipes/common.sh as a user meets it: syntax, variables, errors, the real run path.
+
+These run bash only (no Hydra), except where a value's exact meaning for Hydra is the point.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dfpo.hydra_config import compose_trainer_config
+from tests.recipes.recipe_commands import (
+    DUMMY_MODEL_PATH,
+    RECIPES_DIR,
+    REPO_ROOT,
+    TEST_HOME,
+    default_command,
+    dry_run,
+    parse_commands,
+    recipe_env,
+    run_recipe,
+)
+from tests.recipes.recipe_expectations import EXPECTED_RUN_SCRIPTS, METHODS
+
+ALL_SHELL_FILES = sorted(p.relative_to(REPO_ROOT).as_posix() for p in RECIPES_DIR.rglob("*.sh"))
+RUN_SCRIPTS = sorted(EXPECTED_RUN_SCRIPTS)
+SCRIPT = "run_dfpo_min_replace_qwen3_32b.sh"
+
+
+@pytest.mark.parametrize("path", ALL_SHELL_FILES)
+def test_shell_file_parses(path):
+    result = subprocess.run(["bash", "-n", path], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("path", ALL_SHELL_FILES)
+def test_no_cluster_specifics_or_ignored_keys_in_recipes(path):
+    code = [
+        line
+        for line in (REPO_ROOT / path).read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    text = "\n".join(code)
+    for forbidden in ("conda activate", "#SBATCH", "API_KEY", "/mnt/", "/cpfs", "/nas/", "hdfs://"):
+        assert forbidden not in text, f"{path} hard-codes {forbidden!r}"
+    # verl 0.9.1 ignores these top-level keys; ours are under `reward.`
+    legacy = re.compile(r"(^|[\s\"'(+])(custom_reward_function|reward_model|sandbox_fusion)\.")
+    assert not legacy.search(text), f"{path} uses a top-level reward key verl 0.9.1 ignores"
+
+
+@pytest.mark.parametrize("script", RUN_SCRIPTS + ["sweep_group_size_qwen3_32b.sh"])
+def test_missing_model_path_stops_with_a_clear_message(script):
+    result = run_recipe(script, env=recipe_env(MODEL_PATH=None))
+    assert result.returncode != 0
+    assert result.stdout == ""
+    assert "MODEL_PATH is not set" in result.stderr and f"recipes/{script}" in result.stderr
+
+
+def test_every_method_of_the_launcher_is_known_to_the_tests():
+    text = (RECIPES_DIR / "common.sh").read_text()
+    declared = re.search(r"^DFPO_METHODS=\(([^)]*)\)", text, re.MULTILINE).group(1).split()
+    assert sorted(declared) == sorted(METHODS)
+
+
+def test_unknown_method_lists_the_valid_ones():
+    result = subprocess.run(
+        ["bash", "-c", 'source recipes/common.sh; source recipes/models/qwen3_32b.sh; dfpo_launch grpo_typo'],
+        cwd=REPO_ROOT, env=recipe_env(), capture_output=True, text=True,
+    )
+    assert result.returncode != 0
+    assert "unknown method 'grpo_typo'" in result.stderr
+    for method in METHODS:
+        assert method in result.stderr
+
+
+def test_launcher_without_a_model_file_names_the_missing_variable():
+    result = subprocess.run(
+        ["bash", "-c", "source recipes/common.sh; dfpo_launch gspo"],
+        cwd=REPO_ROOT, env=recipe_env(), capture_output=True, text=True,
+    )
+    assert result.returncode != 0
+    assert "MODEL_NAME is not set" in result.stderr and "recipes/models" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("variables", "message"),
+    [
+        ({"GROUP_SIZE": "0"}, "GROUP_SIZE must be a positive integer, got '0'"),
+        ({"SEED": "one"}, "SEED must be a positive integer, got 'one'"),
+        ({"TRAIN_BATCH_SIZE": "100"}, "TRAIN_BATCH_SIZE=100 is not a multiple of PPO_MINI_BATCH_SIZE=32"),
+        ({"PPO_MAX_TOKEN_LEN_PER_GPU": "4096"}, "token budget too small"),
+        ({"DRY_RUN": "maybe"}, "expected a boolean"),
+        ({"MODEL_PATH": "/models/it's"}, "contains a quote or a backslash"),
+        ({"TRAIN_FILES": ","}, "empty file list"),
+    ],
+)
+def test_bad_knobs_fail_before_anything_runs(variables, message):
+    result = run_recipe(SCRIPT, env=recipe_env(**variables))
+    assert result.returncode != 0 and result.stdout == ""
+    assert message in result.stderr
+
+
+def test_variables_and_extra_overrides_reach_the_config():
+    # an exported variable beats the model file; an extra override comes last and wins
+    (command,) = dry_run(
+        SCRIPT, "trainer.total_training_steps=7", "actor_rollout_ref.actor.optim.lr=3e-7",
+        GROUP_SIZE="4", MAX_RESPONSE_LENGTH="16384", SEED="3", NNODES="2", DATA_DIR="~/elsewhere",
+    )
+    assert command.overrides[-2:] == ["trainer.total_training_steps=7", "actor_rollout_ref.actor.optim.lr=3e-7"]
+    cfg = compose_trainer_config(command.overrides, config_name="dfpo_trainer")
+    assert cfg.trainer.total_training_steps == 7 and cfg.actor_rollout_ref.actor.optim.lr == 3e-7
+    assert cfg.actor_rollout_ref.rollout.n == 4
+    assert cfg.data.max_response_length == 16384
+    assert cfg.trainer.nnodes == 2
+    assert cfg.data.seed == 3 and cfg.actor_rollout_ref.rollout.seed == 3
+    assert cfg.trainer.experiment_name == "dfpo_min_replace-qwen3_32b-g4-seed3"
+    assert cfg.data.train_files[0] == f"{TEST_HOME}/elsewhere/math_train.parquet"
+    # the model file derives the token budgets from the lengths it was given: 2 (train) and 4
+    # (log-prob) sequences of 2048 + 16384 tokens over SP_SIZE=4 GPUs
+    assert cfg.actor_rollout_ref.actor.ppo_max_token_len_per_gpu == 2 * (2048 + 16384) // 4
+    assert cfg.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu == 4 * (2048 + 16384) // 4
+
+
+def test_paths_with_hydra_syntax_reach_verl_unchanged():
+    model = "/models/my copy, v2=final/Qwen3-32B"
+    data = "/data/run [1]/dfpo"
+    (command,) = dry_run(SCRIPT, MODEL_PATH=model, DATA_DIR=data)
+    cfg = compose_trainer_config(command.overrides, config_name="dfpo_trainer")
+    assert cfg.actor_rollout_ref.model.path == model
+    assert list(cfg.data.val_files)[0] == f"{data}/aime25.parquet"
+
+
+def test_dry_run_reports_missing_files_on_stderr_only():
+    result = run_recipe(SCRIPT)
+    assert result.returncode == 0
+    assert len(parse_commands(result.stdout)) == 1
+    assert f"MODEL_PATH {DUMMY_MODEL_PATH} does not exist" in result.stderr
+    assert "math_train.parquet does not exist" in result.stderr
+
+
+# ---- the real (non-dry) path, with a stand-in interpreter -----------------------------------------
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+# stands in for python3: `-c "import dfpo.main"` succeeds, `-m dfpo.main ...` records its arguments
+if [[ "$1" == -c ]]; then exit "${FAKE_IMPORT_STATUS:-0}"; fi
+printf '%s\\n' "$@" > "$FAKE_ARGS"
+echo "step:1 - critic/score/mean:0.5"
+exit "${FAKE_EXIT_STATUS:-0}"
+"""
+
+
+@pytest.fixture
+def run_setup(tmp_path):
+    """A model directory, the five prepared data files and a fake interpreter."""
+    model = tmp_path / "Qwen3-32B"
+    model.mkdir()
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("math_train", "code_train", "aime25", "hmmt25", "lcb_v6"):
+        (data / f"{name}.parquet").write_bytes(b"")
+    python = tmp_path / "python3"
+    python.write_text(FAKE_PYTHON)
+    python.chmod(0o755)
+    env = recipe_env(
+        DRY_RUN=None, MODEL_PATH=str(model), DATA_DIR=str(data), PYTHON=str(python),
+        OUTPUT_ROOT=str(tmp_path / "runs"), FAKE_ARGS=str(tmp_path / "args.txt"),
+    )
+    return tmp_path, env
+
+
+def _without_file_log(overrides):
+    return [o for o in overrides if "VERL_FILE_LOGGER_PATH" not in o]
+
+
+def test_a_real_launch_runs_the_printed_command_and_appends_the_console_log(run_setup):
+    tmp_path, env = run_setup
+    for _ in range(2):  # a resumed run appends to the same console log
+        result = run_recipe(SCRIPT, "trainer.save_freq=5", env=env)
+        assert result.returncode == 0, result.stderr
+    ran = (tmp_path / "args.txt").read_text().splitlines()
+    assert ran[:2] == ["-m", "dfpo.main"]
+    printed = dry_run(SCRIPT, "trainer.save_freq=5", **{k: v for k, v in env.items() if k != "PATH"})
+    assert _without_file_log(ran[2:]) == _without_file_log(printed[0].overrides)
+    log = tmp_path / "runs" / "logs" / "dfpo" / "dfpo_min_replace-qwen3_32b-g8-seed1.console.log"
+    assert log.read_text().count("step:1 - critic/score/mean:0.5") == 2
+
+
+def test_a_failing_training_run_fails_the_recipe(run_setup):
+    _, env = run_setup
+    result = run_recipe(SCRIPT, env={**env, "FAKE_EXIT_STATUS": "3"})
+    assert result.returncode == 3
+
+
+def test_an_uninstalled_project_is_reported_before_launch(run_setup):
+    tmp_path, env = run_setup
+    result = run_recipe(SCRIPT, env={**env, "FAKE_IMPORT_STATUS": "1"})
+    assert result.returncode != 0 and "pip install -e" in result.stderr
+    assert not (tmp_path / "args.txt").exists()
+
+
+@pytest.mark.parametrize(
+    ("missing", "message"),
+    [("model", "MODEL_PATH {model} does not exist"), ("data", "data file {data}/hmmt25.parquet does not exist")],
+)
+def test_a_real_launch_checks_its_files_first(run_setup, missing, message):
+    tmp_path, env = run_setup
+    model, data = Path(env["MODEL_PATH"]), Path(env["DATA_DIR"])
+    if missing == "model":
+        model.rmdir()
+    else:
+        (data / "hmmt25.parquet").unlink()
+    result = run_recipe(SCRIPT, env=env)
+    assert result.returncode != 0
+    assert message.format(model=model, data=data) in result.stderr
+    assert not (tmp_path / "args.txt").exists()
