@@ -7,9 +7,10 @@ so hostile inputs (megabytes of braces, thousands of nested boxes) cost bounded 
 what they cost in math-verify is bounded by :mod:`reward.math_verify_pool`.
 
 Cheap path: :func:`quick_compare` decides pairs that need no computer algebra (the same
-string after conservative normalisation, equal integers, equal rationals written as
-decimals or ``\\frac{a}{b}``) and returns ``None`` when math-verify must decide.  It only
-ever answers "not equal" for two plain integers, where math-verify cannot disagree.
+string after conservative normalisation, integers, rationals written as decimals or
+``\\frac{a}{b}``, choice letters, points and intervals whose elements are all numbers) and
+returns ``None`` when math-verify must decide.  It answers "not equal" only where
+math-verify cannot disagree (property-tested against math-verify in tests/reward).
 """
 
 from __future__ import annotations
@@ -159,18 +160,73 @@ def _as_rational(s: str) -> Fraction | None:
     return None
 
 
+_BRACKETED = re.compile(r"^([(\[])([^()\[\]]*)([)\]])$")
+_INFINITY = {"\\infty": 1, "+\\infty": 1, "-\\infty": -1}
+
+
+def _as_number(s: str) -> Fraction | int | None:
+    """A rational, or +1 / -1 standing for +/- infinity (tagged by type: ``int``)."""
+    if s in _INFINITY:
+        return _INFINITY[s]
+    return _as_rational(s)
+
+
+def _ordered(low: Fraction | int, high: Fraction | int) -> bool:
+    """``low < high`` on the extended line (ints are the +/-1 infinity tags)."""
+    low_key = (low * 2, 0) if type(low) is int else (0, low)
+    high_key = (high * 2, 0) if type(high) is int else (0, high)
+    return low_key < high_key
+
+
+def _effective_brackets(match: re.Match, values: list) -> tuple[str, str]:
+    """Brackets, with an infinite end always open (``[2, \\infty]`` is ``[2, \\infty)``)."""
+    left = "(" if type(values[0]) is int else match.group(1)
+    right = ")" if type(values[-1]) is int else match.group(3)
+    return left, right
+
+
+def _compare_bracketed(g: str, p: str) -> bool | None:
+    """Intervals / pairs of two increasing numbers: ``(1,2)``, ``[1,3)``, ``(-\\infty,2]``.
+
+    Equal iff same brackets and the same two numbers; decided only when both sides are
+    such pairs (else ``None``).
+    """
+    g_match, p_match = _BRACKETED.match(g), _BRACKETED.match(p)
+    if g_match is None or p_match is None:
+        return None
+    g_items, p_items = g_match.group(2).split(","), p_match.group(2).split(",")
+    if len(g_items) < 2 or len(p_items) < 2:
+        return None
+    g_values = [_as_number(item) for item in g_items]
+    p_values = [_as_number(item) for item in p_items]
+    if any(value is None for value in g_values + p_values):
+        return None
+    for values in (g_values, p_values):
+        if len(values) != 2 or not _ordered(values[0], values[1]):
+            return None  # only proper intervals / increasing pairs: (0,0] is empty, [1,2,3] may be a set
+    same_brackets = _effective_brackets(g_match, g_values) == _effective_brackets(p_match, p_values)
+    same_values = len(g_values) == len(p_values) and all(
+        type(a) is type(b) and a == b for a, b in zip(g_values, p_values)
+    )
+    return same_brackets and same_values
+
+
 def quick_compare(gold: str, pred: str) -> bool | None:
     """Decide ``gold == pred`` without computer algebra when that is safe, else ``None``.
 
-    ``True``: the normalised strings match, or both are the same rational number.
-    ``False``: both are plain integers and differ.  ``None``: ask math-verify.
+    ``True``: the normalised strings match, or both are the same rational number, or the
+    same point/interval of numbers.  ``False``: both are plain integers and differ, both
+    are choice letters and differ, or both are points/intervals of numbers and differ.
+    ``None``: ask math-verify.
     """
     g, p = normalise(gold), normalise(pred)
     if g == p and g:
         return True
     if _INTEGER.match(g) and _INTEGER.match(p):
         return int(g) == int(p)
+    if len(g) == len(p) == 1 and g in "ABCDE" and p in "ABCDE":
+        return False  # distinct choice letters (equal ones matched above)
     g_value, p_value = _as_rational(g), _as_rational(p)
     if g_value is not None and p_value is not None and g_value == p_value:
         return True
-    return None
+    return _compare_bracketed(g, p)

@@ -192,3 +192,37 @@ def test_quick_compare_never_contradicts_math_verify(gold, pred):
     if gold.strip("()") in "AB" or pred.strip("()") in "AB":
         return  # bare choice letters parse as symbols in math-verify; labelled cases cover them
     assert decided == reference
+
+
+_element = st.one_of(
+    st.integers(-5, 5).map(str),
+    st.sampled_from(["\\frac{1}{2}", "0.5", "-\\infty", "\\infty", "1.0"]),
+)
+
+
+@st.composite
+def _bracketed(draw):
+    items = draw(st.lists(_element, min_size=2, max_size=3))  # 3 elements: never decided
+    left, right = draw(st.sampled_from("([")), draw(st.sampled_from(")]"))
+    return f"{left}{', '.join(items)}{right}"
+
+
+@settings(max_examples=80, deadline=None)
+@given(_bracketed(), _bracketed())
+def test_bracketed_quick_path_agrees_with_math_verify(gold, pred):
+    """Points and intervals decided by the exact path get math-verify's verdict."""
+    from math_verify import parse, verify
+
+    decided = quick_compare(gold, pred)
+    if decided is None:
+        return
+    reference = verify(parse("\\boxed{" + gold + "}"), parse("\\boxed{" + pred + "}"))
+    assert decided == reference, (gold, pred)
+
+
+@pytest.mark.parametrize("gold, pred", [("C", "(D)"), ("A", "\\text{(B)}"), ("E", "A")])
+def test_distinct_choice_letters_are_wrong_without_math_verify(gold, pred):
+    from math_verify import parse, verify
+
+    assert quick_compare(gold, pred) is False
+    assert verify(parse("\\boxed{" + gold + "}"), parse("\\boxed{" + pred + "}")) is False
