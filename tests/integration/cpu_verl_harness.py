@@ -27,12 +27,15 @@ On top of the shim, builders for the pieces a test needs:
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import io
 import os
 import queue as queue_module
 import socket
 import string
 import sys
+import time
 import traceback
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -44,6 +47,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from verl.plugin.platform import PlatformBase, PlatformRegistry, get_platform, set_platform
 
 # The package root, so that spawned rank processes can import ``tests.integration`` (and the
 # repository's own packages) whatever the parent's working directory or import mode.
@@ -133,93 +137,91 @@ class CPUDeviceModule:
         torch.manual_seed(seed)
 
 
-def _build_platform_class():
-    """Define ``PlatformCPU`` lazily, so importing this module does not import verl."""
-    from verl.plugin.platform import PlatformBase
+class PlatformCPU(PlatformBase):
+    """verl platform for CPU-only test processes: device ``cpu``, collectives over ``gloo``."""
 
-    class PlatformCPU(PlatformBase):
-        """verl platform for CPU-only test processes: device ``cpu``, collectives over ``gloo``."""
+    _device_module = CPUDeviceModule()
 
-        _device_module = CPUDeviceModule()
+    @property
+    def device_name(self) -> str:
+        return "cpu"
 
-        @property
-        def device_name(self) -> str:
-            return "cpu"
+    @property
+    def vendor_name(self) -> str:
+        return "cpu"
 
-        @property
-        def vendor_name(self) -> str:
-            return "cpu"
+    @property
+    def device_module(self) -> ModuleType:
+        return self._device_module  # type: ignore[return-value]
 
-        @property
-        def device_module(self) -> ModuleType:
-            return self._device_module  # type: ignore[return-value]
+    def is_available(self) -> bool:
+        return True
 
-        def is_available(self) -> bool:
-            return True
+    def current_device(self):
+        # verl moves every micro-batch with ``micro_batch.to(get_device_id())``; an integer
+        # would mean ``cuda:<i>``, the string keeps tensors on the CPU.
+        return "cpu"
 
-        def current_device(self):
-            # verl moves every micro-batch with ``micro_batch.to(get_device_id())``; an integer
-            # would mean ``cuda:<i>``, the string keeps tensors on the CPU.
-            return "cpu"
+    def device_count(self) -> int:
+        return 1
 
-        def device_count(self) -> int:
-            return 1
+    def set_device(self, device_index: int) -> None:
+        return None
 
-        def set_device(self, device_index: int) -> None:
-            return None
+    def synchronize(self, device_index=None) -> None:
+        return None
 
-        def synchronize(self, device_index=None) -> None:
-            return None
+    def manual_seed(self, seed: int) -> None:
+        torch.manual_seed(seed)
 
-        def manual_seed(self, seed: int) -> None:
-            torch.manual_seed(seed)
+    def manual_seed_all(self, seed: int) -> None:
+        torch.manual_seed(seed)
 
-        def manual_seed_all(self, seed: int) -> None:
-            torch.manual_seed(seed)
+    def set_allocator_settings(self, settings: str) -> None:
+        # verl toggles CUDA's expandable segments around weight syncs; no allocator to tune.
+        return None
 
-        def set_allocator_settings(self, settings: str) -> None:
-            # verl toggles CUDA's expandable segments around weight syncs; no allocator to tune.
-            return None
+    def empty_cache(self) -> None:
+        return None
 
-        def empty_cache(self) -> None:
-            return None
+    def get_device_capability(self, device_index: int = 0):
+        return None, None
 
-        def get_device_capability(self, device_index: int = 0):
-            return None, None
+    def communication_backend_name(self) -> str:
+        return "gloo"
 
-        def communication_backend_name(self) -> str:
-            return "gloo"
+    def visible_devices_envvar(self) -> str:
+        # Worker.env_keys() lists this variable; nothing reads it on CPU.
+        return "VERL_CPU_VISIBLE_DEVICES"
 
-        def visible_devices_envvar(self) -> str:
-            # Worker.env_keys() lists this variable; nothing reads it on CPU.
-            return "VERL_CPU_VISIBLE_DEVICES"
+    @contextlib.contextmanager
+    def nvtx_range(self, msg: str):
+        yield
 
-        @contextlib.contextmanager
-        def nvtx_range(self, msg: str):
-            yield
+    def profiler_start(self) -> None:
+        return None
 
-        def profiler_start(self) -> None:
-            return None
+    def profiler_stop(self) -> None:
+        return None
 
-        def profiler_stop(self) -> None:
-            return None
+    def ray_resource_name(self) -> str:
+        return "CPU"
 
-        def ray_resource_name(self) -> str:
-            return "CPU"
+    def ray_noset_envvars(self) -> list[str]:
+        return []
 
-        def ray_noset_envvars(self) -> list[str]:
-            return []
+    def is_ipc_supported(self) -> bool:
+        return False
 
-        def is_ipc_supported(self) -> bool:
-            return False
-
-        def cudart(self):
-            return None
-
-    return PlatformCPU
+    def cudart(self):
+        return None
 
 
-_PLATFORM_CLASS = None
+# Registering only adds the class to verl's registry; nothing uses it until VERL_PLATFORM=cpu or
+# install_cpu_platform() selects it. Done at import so that a process that imports this module
+# before verl resolves its platform (the forkserver of run_ranks) can resolve "cpu".
+if PlatformRegistry.get(CPU_PLATFORM_NAME) is None:
+    PlatformRegistry.register(platform=CPU_PLATFORM_NAME)(PlatformCPU)
 
 
 def install_cpu_platform() -> None:
@@ -234,15 +236,9 @@ def install_cpu_platform() -> None:
     import-time ``device_name`` stays ``"cuda"``; verl uses it only to build the Ulysses
     sequence-parallel mesh, which CPU runs do not use (``ulysses_sequence_parallel_size=1``).
     """
-    global _PLATFORM_CLASS
-    from verl.plugin.platform import PlatformRegistry, get_platform, set_platform
-
-    if _PLATFORM_CLASS is None:
-        _PLATFORM_CLASS = _build_platform_class()
-        PlatformRegistry.register(platform=CPU_PLATFORM_NAME)(_PLATFORM_CLASS)
     os.environ["VERL_PLATFORM"] = CPU_PLATFORM_NAME
     if get_platform().device_name != "cpu":
-        set_platform(_PLATFORM_CLASS())
+        set_platform(PlatformCPU())
 
     from verl.workers.engine import EngineRegistry, FSDPEngineWithLMHead
 
@@ -371,9 +367,9 @@ CPU_OVERRIDES: tuple[str, ...] = (
     "actor_rollout_ref.actor.grad_clip=1e6",
     "actor_rollout_ref.rollout.n=4",
     "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
     "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096",
-    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
     "actor_rollout_ref.rollout.name=vllm",
     "actor_rollout_ref.actor.policy_loss.loss_mode=gspo",
     "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
@@ -390,24 +386,38 @@ def _verl_config_dir() -> str:
 
 def compose_actor_config(model_dir: str | os.PathLike, config_overrides: Sequence[str] = ()):
     """verl's full ``ppo_trainer`` config (a DictConfig) composed with Hydra, pointed at
-    ``model_dir``, with :data:`CPU_OVERRIDES` and then ``config_overrides`` applied."""
+    ``model_dir``, with :data:`CPU_OVERRIDES` and then ``config_overrides`` applied.
+
+    Composition takes seconds on CPU, so results are cached per (model_dir, overrides) in this
+    process; every call returns a fresh copy that the caller may modify.
+    """
+    overrides = (f"actor_rollout_ref.model.path={model_dir}", *CPU_OVERRIDES, *config_overrides)
+    return copy.deepcopy(_compose_cached(overrides))
+
+
+@functools.lru_cache(maxsize=64)
+def _compose_cached(overrides: tuple[str, ...]):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    overrides = [f"actor_rollout_ref.model.path={model_dir}", *CPU_OVERRIDES, *config_overrides]
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=_verl_config_dir(), version_base=None):
-        return compose("ppo_trainer", overrides=overrides)
+        return compose("ppo_trainer", overrides=list(overrides))
 
 
-def build_actor_worker(config_overrides: Sequence[str], tmp_path: str | os.PathLike, *, model_seed: int = 0):
+def build_actor_worker(config_overrides, tmp_path: str | os.PathLike, *, model_seed: int = 0):
     """A real ``ActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor")`` after ``init_model()``.
 
-    The tiny model is saved to ``<tmp_path>/model`` unless a checkpoint is already there (so
-    every rank of a multi-process run, and the test's reference, see the same weights). The
-    process must already be a rank of a gloo process group (:func:`single_process_group` or
-    :func:`run_ranks`); the worker reads ``RANK``/``WORLD_SIZE``/``MASTER_*`` from the environment.
+    ``config_overrides`` is a list of Hydra overrides applied after :data:`CPU_OVERRIDES` (the
+    config is composed here with the model path ``<tmp_path>/model``), or a config already
+    composed by :func:`compose_actor_config` for that path (compose once in the test process and
+    hand it to every rank: a fresh rank process would spend seconds composing). The tiny model is
+    saved to ``<tmp_path>/model`` unless a checkpoint is already there, so every rank and the
+    test's reference see the same weights. The process must already be a rank of a gloo group
+    (:func:`single_process_group` or :func:`run_ranks`).
     """
+    from omegaconf import DictConfig
+
     install_cpu_platform()
     from verl.workers.engine_workers import ActorRolloutRefWorker
 
@@ -417,7 +427,15 @@ def build_actor_worker(config_overrides: Sequence[str], tmp_path: str | os.PathL
             "single_process_group() or run it through run_ranks()"
         )
     model_dir = ensure_tiny_model(Path(tmp_path) / "model", seed=model_seed)
-    cfg = compose_actor_config(model_dir, config_overrides)
+    if isinstance(config_overrides, DictConfig):
+        cfg = config_overrides
+        if Path(cfg.actor_rollout_ref.model.path) != Path(model_dir):
+            raise ValueError(
+                f"the composed config points at {cfg.actor_rollout_ref.model.path}, but this worker's "
+                f"model is {model_dir}: compose it with compose_actor_config({model_dir!r}, ...)"
+            )
+    else:
+        cfg = compose_actor_config(model_dir, config_overrides)
     worker = ActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor")
     worker.init_model()
     return worker
@@ -853,13 +871,14 @@ def actor_round(
     rank: int,
     world_size: int,
     tmp_path: str,
-    config_overrides: Sequence[str],
+    config_overrides,
     batch,
     compute_log_prob: bool = True,
 ) -> ActorRound:
     """On a rank of a gloo group: build the actor worker, take this rank's dispatch shard of
     ``batch`` (dispatch order; see :func:`dispatch_shards`), run compute_log_prob (optional) and
     update_actor on it with the meta ``_update_actor`` would attach for this config, and report.
+    ``config_overrides`` is what :func:`build_actor_worker` accepts (overrides or a composed config).
 
     Usable as ``run_ranks(actor_round, 2, tmp_path, overrides, batch)`` or, in-process, inside
     :func:`single_process_group` as ``actor_round(0, 1, tmp_path, overrides, batch)``.
@@ -965,11 +984,25 @@ class RankFailed(RuntimeError):
     """A rank of :func:`run_ranks` raised or did not answer; the message holds its traceback."""
 
 
+# Imported once by the forkserver that forks every rank process: a rank then starts in well under
+# a second instead of importing torch, transformers and verl (tens of seconds of CPU) itself.
+# This module goes first so that the CPU platform is registered before verl resolves it.
+_RANK_PRELOAD = (
+    __name__,
+    "verl.workers.engine_workers",
+    "verl.workers.engine.fsdp.transformer_impl",
+    "transformers.models.qwen2.modeling_qwen2",
+)
+
+
 def run_ranks(fn: Callable, world_size: int, *args, timeout_s: float = 600.0) -> list:
-    """Run ``fn(rank, world_size, *args)`` on ``world_size`` gloo ranks in spawned processes and
+    """Run ``fn(rank, world_size, *args)`` on ``world_size`` gloo ranks in fresh processes and
     return the results in rank order.
 
-    ``fn`` must be a module-level function (spawn imports it by reference); ``args`` and the
+    The processes come from a ``multiprocessing`` forkserver that has imported this module,
+    verl's engine workers and transformers' Qwen2 once (the first call pays for that, later calls
+    start in about a second); each rank process is fresh, so no verl or torch.distributed state
+    leaks between calls. ``fn`` must be a module-level function (it is pickled by reference); ``args`` and the
     result travel through ``torch.save`` (CPU tensors, TensorDicts with jagged tensors, dicts).
     Before ``fn`` runs, each process has RANK / WORLD_SIZE / LOCAL_RANK=0 / MASTER_ADDR=127.0.0.1
     / MASTER_PORT (a free port) in its environment, one intra-op thread, the CPU platform
@@ -978,7 +1011,9 @@ def run_ranks(fn: Callable, world_size: int, *args, timeout_s: float = 600.0) ->
     """
     import multiprocessing
 
-    context = multiprocessing.get_context("spawn")
+    install_cpu_platform()  # VERL_PLATFORM=cpu for the forkserver, started on first use
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(_RANK_PRELOAD))
     queue = context.Queue()
     port = free_port()
     args_payload = _to_bytes(args)
@@ -990,17 +1025,29 @@ def run_ranks(fn: Callable, world_size: int, *args, timeout_s: float = 600.0) ->
         process.start()
     results: dict[int, Any] = {}
     failure = None
+    deadline = time.monotonic() + timeout_s
     try:
-        for _ in range(world_size):
+        while len(results) < world_size and failure is None:
             try:
-                rank, ok, payload = queue.get(timeout=timeout_s)
+                rank, ok, payload = queue.get(timeout=1.0)
             except queue_module.Empty:
-                failure = f"no result from ranks {sorted(set(range(world_size)) - set(results))} within {timeout_s:.0f} s"
-                break
-            if not ok:
+                # A rank that died without reporting (killed, crashed in the interpreter, or
+                # failed before _rank_main's handler) would otherwise leave us waiting.
+                dead = [
+                    f"rank {rank} exited with code {process.exitcode} without a result"
+                    for rank, process in enumerate(processes)
+                    if process.exitcode is not None and rank not in results
+                ]
+                if dead:
+                    failure = "; ".join(dead)
+                elif time.monotonic() > deadline:
+                    missing = sorted(set(range(world_size)) - set(results))
+                    failure = f"no result from ranks {missing} within {timeout_s:.0f} s"
+                continue
+            if ok:
+                results[rank] = _from_bytes(payload)
+            else:
                 failure = f"rank {rank} failed:\n{payload}"
-                break
-            results[rank] = _from_bytes(payload)
     finally:
         for process in processes:
             process.join(timeout=5 if failure else 60)

@@ -215,7 +215,9 @@ def test_update_actor_matches_plain_torch_loop_world_size_1(workdir, batch, refe
 
 def test_two_gloo_ranks_match_plain_torch_loop(workdir, batch, references):
     reference = references("sgd")
-    results = harness.run_ranks(harness.actor_round, 2, str(workdir), whole_batch_overrides(2), batch)
+    results = harness.run_ranks(
+        harness.actor_round, 2, str(workdir), harness.compose_actor_config(workdir / "model", whole_batch_overrides(2)), batch
+    )
     shards = harness.dispatch_shards(batch, 2)
     with torch.no_grad():
         model = harness.load_hf_model(workdir / "model")
