@@ -1,51 +1,73 @@
-"""Test runner executed INSIDE the sandbox; stand-alone (standard library only).
+"""Test runner executed INSIDE the sandbox; stand-alone, built-in modules only.
 
 :mod:`reward.code_tests` passes this file's source with ``python -I -c`` and a manifest
 path.  It compiles the candidate program once, then for each test forks a child that runs
 the program with the test input and exits; the child's output goes to a file, never to
-this process's stdout.  After each test it prints one JSON line
-``{"i", "status", "output", "seconds", "detail"}`` where status is ``ok``, ``timeout``,
-``runtime_error`` or ``output_limit``.  It never sees expected outputs: the parent
-compares, so a program cannot fake a pass by tampering with comparison code.
+this process's stdout.  It never sees expected outputs: the parent compares, so a program
+cannot fake a pass by tampering with comparison code.
 
-Manifest (JSON): ``{"program": path, "fn_name": str | null, "tests": [{"input": path,
-"testtype": "stdin" | "functional"}], "test_timeout_s": float, "output_bytes": int}``.
+Start-up cost matters (it is paid once per problem), so nothing beyond built-in modules
+is imported here: no ``json`` (``json`` is imported only in children of functional tests).
+
+Manifest, one item per line::
+
+    <program path>
+    <fn_name or "-">
+    <per-test timeout in seconds>
+    <output byte limit>
+    <input path> <testtype>        (one line per test; testtype: stdin | functional)
+
+Reports, one line each on stdout (``b64`` = base64 of UTF-8 bytes)::
+
+    READY
+    COMPILE_ERROR <b64 message>
+    RESULT <i> <status> <seconds> <b64 output> <b64 detail>
+
+with status ``ok``, ``timeout``, ``runtime_error`` or ``output_limit``.
 """
 
-import json
+import binascii
 import os
-import select
 import signal
 import sys
 import time
 
-READ_CHUNK = 1 << 16
+
+class _Timeout(Exception):
+    pass
 
 
-def _emit(record):
-    sys.stdout.write(json.dumps(record) + "\n")
+def _b64(data):
+    if isinstance(data, str):
+        data = data.encode("utf-8", errors="replace")
+    return binascii.b2a_base64(data, newline=False).decode() or "-"
+
+
+def _emit(*fields):
+    sys.stdout.write(" ".join(str(field) for field in fields) + "\n")
     sys.stdout.flush()
 
 
-def _run_child(code, test, fn_name, output_path):
+def _run_child(code, input_path, testtype, fn_name, output_path):
     """In the forked child: run one test and _exit; never returns."""
     status = 1
     try:
         os.setpgid(0, 0)
-        input_fd = os.open(test["input"], os.O_RDONLY)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        input_fd = os.open(input_path, os.O_RDONLY)
         os.dup2(input_fd, 0)
         output_fd = os.open(output_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         null_fd = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null_fd, 2)
-        if test["testtype"] == "functional":
-            os.dup2(null_fd, 1)  # prints are ignored; the return value is the answer
-        else:
-            os.dup2(output_fd, 1)
+        os.dup2(null_fd if testtype == "functional" else output_fd, 1)  # functional: prints are ignored
         sys.stdin = open(0, "r", closefd=False)
         sys.stdout = open(1, "w", closefd=False)
         sys.stderr = open(2, "w", closefd=False)
-        if test["testtype"] == "functional":
-            with open(test["input"]) as handle:
+        if testtype == "functional":
+            import json
+
+            with open(input_path) as handle:
                 args = [json.loads(line) for line in handle.read().split("\n") if line.strip()]
             namespace = {"__name__": "solution", "__builtins__": __builtins__}
             exec(code, namespace)
@@ -56,15 +78,13 @@ def _run_child(code, test, fn_name, output_path):
                 function = namespace[fn_name]
             else:
                 raise NameError(f"neither Solution().{fn_name} nor a function {fn_name} is defined")
-            result = function(*args)
-            encoded = json.dumps(result).encode()
+            encoded = json.dumps(function(*args)).encode()
             os.write(output_fd, encoded)
         else:
             exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
         status = 0
     except SystemExit as exit_request:
-        code_value = exit_request.code
-        status = 0 if code_value in (None, 0) else 1
+        status = 0 if exit_request.code in (None, 0) else 1
     except BaseException:  # noqa: BLE001 - any failure of the candidate program
         status = 1
     try:
@@ -74,30 +94,25 @@ def _run_child(code, test, fn_name, output_path):
     os._exit(status)
 
 
+def _on_alarm(signum, frame):
+    raise _Timeout()
+
+
 def _wait(pid, timeout_s):
-    """(wait status or None on timeout, seconds)."""
+    """(wait status or None on timeout, seconds); the timer interrupts the blocking wait."""
     started = time.monotonic()
-    pidfd = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None
-    deadline = started + timeout_s
+    signal.setitimer(signal.ITIMER_REAL, timeout_s)
     try:
-        while True:
-            done, wait_status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                return wait_status, time.monotonic() - started
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None, time.monotonic() - started
-            if pidfd is not None:
-                select.select([pidfd], [], [], remaining)
-            else:
-                time.sleep(min(remaining, 0.002))
+        _, wait_status = os.waitpid(pid, 0)
+    except _Timeout:
+        return None, time.monotonic() - started
     finally:
-        if pidfd is not None:
-            os.close(pidfd)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    return wait_status, time.monotonic() - started
 
 
 def _reap_orphans():
-    """Reap any finished process reparented to us (we are PID 1 of a PID namespace)."""
+    """Reap any finished process reparented to us (when we are PID 1 of a PID namespace)."""
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
@@ -125,32 +140,29 @@ def _end_namespace():
             return
 
 
-def main():
-    try:
-        run_tests()
-    finally:
-        _end_namespace()
-
-
 def run_tests():
     with open(sys.argv[1]) as handle:
-        manifest = json.load(handle)
-    with open(manifest["program"]) as handle:
+        lines = handle.read().split("\n")
+    program_path, fn_name, timeout_s, output_bytes = lines[0], lines[1], float(lines[2]), int(lines[3])
+    tests = [line.split(" ") for line in lines[4:] if line]
+    with open(program_path) as handle:
         source = handle.read()
     try:
         code = compile(source, "solution.py", "exec")
     except (SyntaxError, ValueError) as error:
-        _emit({"compile_error": f"{type(error).__name__}: {error}"[:2000]})
+        _emit("COMPILE_ERROR", _b64(f"{type(error).__name__}: {error}"[:2000]))
         return
-    _emit({"ready": True})
-    output_bytes = int(manifest["output_bytes"])
-    for i, test in enumerate(manifest["tests"]):
+    if any(testtype == "functional" for _, testtype in tests):
+        import json  # noqa: F401 - loaded once here, inherited by every forked child
+
+    signal.signal(signal.SIGALRM, _on_alarm)
+    _emit("READY")
+    for i, (input_path, testtype) in enumerate(tests):
         output_path = f"out_{i}"
-        sys.stdout.flush()
         pid = os.fork()
         if pid == 0:
-            _run_child(code, test, manifest["fn_name"], output_path)
-        wait_status, seconds = _wait(pid, float(manifest["test_timeout_s"]))
+            _run_child(code, input_path, testtype, fn_name, output_path)
+        wait_status, seconds = _wait(pid, timeout_s)
         try:
             os.killpg(pid, signal.SIGKILL)  # the test's whole process group, finished or not
         except (ProcessLookupError, PermissionError):
@@ -158,38 +170,33 @@ def run_tests():
         if wait_status is None:
             os.waitpid(pid, 0)
             _reap_orphans()
-            _emit({"i": i, "status": "timeout", "output": "", "seconds": seconds, "detail": ""})
+            _emit("RESULT", i, "timeout", f"{seconds:.4f}", "-", "-")
             continue
+        _reap_orphans()
         if os.WIFSIGNALED(wait_status):
             number = os.WTERMSIG(wait_status)
-            status = (
-                "output_limit"
-                if number == signal.SIGXFSZ
-                else "timeout"
-                if number == signal.SIGXCPU
-                else "runtime_error"
-            )
-            _emit({"i": i, "status": status, "output": "", "seconds": seconds, "detail": f"signal {number}"})
+            status = {signal.SIGXFSZ: "output_limit", signal.SIGXCPU: "timeout"}.get(number, "runtime_error")
+            _emit("RESULT", i, status, f"{seconds:.4f}", "-", _b64(f"signal {number}"))
             continue
         try:
             with open(output_path, "rb") as handle:
                 output = handle.read(output_bytes + 1)
         except OSError as error:
-            _emit({"i": i, "status": "runtime_error", "output": "", "seconds": seconds, "detail": str(error)})
+            _emit("RESULT", i, "runtime_error", f"{seconds:.4f}", "-", _b64(str(error)))
             continue
         if len(output) > output_bytes:
-            _emit({"i": i, "status": "output_limit", "output": "", "seconds": seconds, "detail": ""})
+            _emit("RESULT", i, "output_limit", f"{seconds:.4f}", "-", "-")
             continue
         exit_code = os.WEXITSTATUS(wait_status)
-        _emit(
-            {
-                "i": i,
-                "status": "ok" if exit_code == 0 else "runtime_error",
-                "output": output.decode("utf-8", errors="replace"),
-                "seconds": seconds,
-                "detail": "" if exit_code == 0 else f"exit code {exit_code}",
-            }
-        )
+        status = "ok" if exit_code == 0 else "runtime_error"
+        _emit("RESULT", i, status, f"{seconds:.4f}", _b64(output), _b64("" if exit_code == 0 else f"exit {exit_code}"))
+
+
+def main():
+    try:
+        run_tests()
+    finally:
+        _end_namespace()
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ In ``all_pass`` mode the run stops at the first failing test (as LiveCodeBench d
 
 from __future__ import annotations
 
+import binascii
 import json
 import math
 import re
@@ -157,6 +158,32 @@ def functional_output_matches(actual_json: str, expected_json: str) -> bool:
     return actual == json.loads(expected_json)
 
 
+_STATUSES = ("ok", "timeout", "runtime_error", "output_limit")
+
+
+def _parse_report(line: bytes, n_tests: int) -> tuple | None:
+    """One harness report line -> ("READY",) | ("COMPILE_ERROR",) | ("RESULT", i, status, output).
+
+    Returns ``None`` for anything malformed: the pipe is reachable by the sandboxed program
+    (through /proc), so its content is untrusted input, parsed defensively.
+    """
+    fields = line.decode("ascii", errors="replace").split(" ")
+    if fields == ["READY"]:
+        return ("READY",)
+    if len(fields) == 2 and fields[0] == "COMPILE_ERROR":
+        return ("COMPILE_ERROR",)
+    if len(fields) != 6 or fields[0] != "RESULT" or fields[2] not in _STATUSES or not fields[1].isdigit():
+        return None
+    i = int(fields[1])
+    if i >= n_tests:
+        return None
+    try:
+        output = "" if fields[4] == "-" else binascii.a2b_base64(fields[4]).decode("utf-8", errors="replace")
+    except binascii.Error:
+        return None
+    return ("RESULT", i, fields[2], output)
+
+
 _FAILURE_REASONS = {
     "timeout": outcome.TIMEOUT,
     "runtime_error": outcome.RUNTIME_ERROR,
@@ -188,63 +215,61 @@ def score_code(
     except SandboxUnavailable:
         raise
     n = len(problem.tests)
-    files = {"solution.py": program.encode(), "manifest.json": b""}
-    tests = []
+    output_bytes = limits.output_mb << 20
+    files = {"solution.py": program.encode()}
+    manifest = ["solution.py", problem.fn_name or "-", repr(float(limits.test_timeout_s)), str(output_bytes)]
     for i, test in enumerate(problem.tests):
         files[f"in_{i}"] = test.input.encode()
-        tests.append({"input": f"in_{i}", "testtype": test.testtype})
-    output_bytes = limits.output_mb << 20
-    files["manifest.json"] = json.dumps(
-        {
-            "program": "solution.py",
-            "fn_name": problem.fn_name,
-            "tests": tests,
-            "test_timeout_s": limits.test_timeout_s,
-            "output_bytes": output_bytes,
-        }
-    ).encode()
+        manifest.append(f"in_{i} {test.testtype}")
+    files["manifest"] = ("\n".join(manifest) + "\n").encode()
     budget = min(limits.problem_budget_s, n * limits.test_timeout_s + 5.0)
     sandbox_limits = Limits(
         wall_s=budget,
         cpu_s=max(1, math.ceil(limits.test_timeout_s) + 1),
         memory_bytes=limits.memory_mb << 20,
         file_size_bytes=output_bytes + 1,
-        output_bytes=n * (6 * output_bytes + 4096) + 65536,
+        output_bytes=n * (2 * output_bytes + 4096) + 65536,
     )
     passed: list[bool] = [False] * n
     first_failure: list[str] = []
     header: dict = {}
+    reported: set[int] = set()
     seen = 0
 
     def on_line(line: bytes) -> bool:
         nonlocal seen
-        record = json.loads(line)
-        if "i" not in record:
-            header.update(record)
-            return "compile_error" not in record
-        i = int(record["i"])
+        record = _parse_report(line, n)
+        if record is None:
+            return True  # not a well-formed report line (something else wrote to the pipe)
+        if record[0] in ("READY", "COMPILE_ERROR"):
+            header[record[0]] = True
+            return record[0] == "READY"
+        _, i, status, output = record
+        if passed[i] or i in reported:
+            return True  # a test is graded once
+        reported.add(i)
         seen += 1
         test = problem.tests[i]
-        if record["status"] != "ok":
-            ok, reason = False, _FAILURE_REASONS.get(record["status"], outcome.RUNTIME_ERROR)
+        if status != "ok":
+            ok, reason = False, _FAILURE_REASONS.get(status, outcome.RUNTIME_ERROR)
         elif test.testtype == "stdin":
-            ok, reason = stdin_output_matches(record["output"], test.output), outcome.WRONG_ANSWER
+            ok, reason = stdin_output_matches(output, test.output), outcome.WRONG_ANSWER
         else:
-            ok, reason = functional_output_matches(record["output"], test.output), outcome.WRONG_ANSWER
+            ok, reason = functional_output_matches(output, test.output), outcome.WRONG_ANSWER
         passed[i] = ok
         if not ok and not first_failure:
             first_failure.append(reason)
         return ok or mode == "fraction"
 
     result = sandbox.run(
-        ["python", "-I", "-B", "-c", HARNESS_SOURCE, "manifest.json"],
+        ["python", "-I", "-B", "-c", HARNESS_SOURCE, "manifest"],
         files=files,
         limits=sandbox_limits,
         on_line=on_line,
     )
-    if "compile_error" in header:
+    if header.get("COMPILE_ERROR"):
         return outcome.Verdict(outcome.RUNTIME_ERROR, program, 0.0, 0.0)
-    if not header.get("ready"):
+    if not header.get("READY"):
         if result.timed_out:
             reason = outcome.TIMEOUT
         else:

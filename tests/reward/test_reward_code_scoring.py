@@ -321,3 +321,25 @@ def test_code_from_eight_threads_at_once():
     assert not errors
     assert [results[i] for i in range(len(jobs))] == [expected for _, expected in jobs]
     assert_no_stray_processes()
+
+
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        (b"READY", ("READY",)),
+        (b"COMPILE_ERROR U3ludGF4RXJyb3I=", ("COMPILE_ERROR",)),
+        (b"RESULT 1 ok 0.0100 Mwo= -", ("RESULT", 1, "ok", "3\n")),
+        (b"RESULT 0 timeout 6.0000 - -", ("RESULT", 0, "timeout", "")),
+        (b"RESULT 2 ok 0.0100 Mwo= -", None),  # index out of range
+        (b"RESULT -1 ok 0.0100 Mwo= -", None),
+        (b"RESULT 0 passed 0.0100 Mwo= -", None),  # unknown status
+        (b"RESULT 0 ok 0.0100 !!!notbase64 -", None),
+        (b"RESULT 0 ok", None),
+        (b"\xff\xfe garbage", None),
+        (b"", None),
+    ],
+)
+def test_report_lines_are_parsed_defensively(line, expected):
+    from reward.code_tests import _parse_report
+
+    assert _parse_report(line, 2) == expected
