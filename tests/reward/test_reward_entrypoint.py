@@ -157,3 +157,26 @@ def test_survives_cloudpickle_into_another_process_like_the_remote_manager(tmp_p
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [1.0, 1.0]
+
+
+README_OVERRIDES = [
+    f"reward.custom_reward_function.path={SCORE_FILE}",
+    "reward.custom_reward_function.name=compute_score",
+    "+reward.custom_reward_function.reward_kwargs.score_mode=signed",
+    "+reward.custom_reward_function.reward_kwargs.code_test_timeout_s=6",
+    "reward.reward_manager.name=naive",
+    "reward.num_workers=8",
+]
+
+
+def test_readme_overrides_compose_with_verls_config():
+    """The Hydra overrides the README gives compose with verl 0.9.1's ppo_trainer config
+    and produce a working reward function (signed scores)."""
+    from hydra import compose, initialize_config_module
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+        config = compose(config_name="ppo_trainer", overrides=README_OVERRIDES)
+    fn = get_custom_reward_fn(config)
+    assert fn(data_source="aime24", solution_str="Answer: 5", ground_truth="6")["score"] == -1.0
+    assert fn(data_source="aime24", solution_str="Answer: 6", ground_truth="6")["score"] == 1.0
