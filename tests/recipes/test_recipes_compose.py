@@ -132,7 +132,9 @@ def test_recipe_wires_the_projects_reward_through_verl_0_9_1_keys(script):
     reward = cfg.reward
     assert Path(reward.custom_reward_function.path) == REPO_ROOT / "reward" / "score.py"
     # verl loads the scorer by file path, exactly like this (verl.trainer.ppo.reward.get_custom_reward_fn)
-    scorer = load_extern_object(module_path=reward.custom_reward_function.path, object_name=reward.custom_reward_function.name)
+    scorer = load_extern_object(
+        module_path=reward.custom_reward_function.path, object_name=reward.custom_reward_function.name
+    )
     assert callable(scorer) and reward.custom_reward_function.name == "compute_score"
     RewardOptions.from_kwargs(OmegaConf.to_container(reward.custom_reward_function.reward_kwargs))
     assert reward.reward_manager.source == "register" and reward.reward_manager.name in REWARD_MANAGER

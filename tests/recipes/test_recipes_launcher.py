@@ -17,7 +17,6 @@ from tests.recipes.recipe_commands import (
     RECIPES_DIR,
     REPO_ROOT,
     TEST_HOME,
-    default_command,
     dry_run,
     parse_commands,
     recipe_env,
@@ -67,8 +66,11 @@ def test_every_method_of_the_launcher_is_known_to_the_tests():
 
 def test_unknown_method_lists_the_valid_ones():
     result = subprocess.run(
-        ["bash", "-c", 'source recipes/common.sh; source recipes/models/qwen3_32b.sh; dfpo_launch grpo_typo'],
-        cwd=REPO_ROOT, env=recipe_env(), capture_output=True, text=True,
+        ["bash", "-c", "source recipes/common.sh; source recipes/models/qwen3_32b.sh; dfpo_launch grpo_typo"],
+        cwd=REPO_ROOT,
+        env=recipe_env(),
+        capture_output=True,
+        text=True,
     )
     assert result.returncode != 0
     assert "unknown method 'grpo_typo'" in result.stderr
@@ -79,7 +81,10 @@ def test_unknown_method_lists_the_valid_ones():
 def test_launcher_without_a_model_file_names_the_missing_variable():
     result = subprocess.run(
         ["bash", "-c", "source recipes/common.sh; dfpo_launch gspo"],
-        cwd=REPO_ROOT, env=recipe_env(), capture_output=True, text=True,
+        cwd=REPO_ROOT,
+        env=recipe_env(),
+        capture_output=True,
+        text=True,
     )
     assert result.returncode != 0
     assert "MODEL_NAME is not set" in result.stderr and "recipes/models" in result.stderr
@@ -106,8 +111,14 @@ def test_bad_knobs_fail_before_anything_runs(variables, message):
 def test_variables_and_extra_overrides_reach_the_config():
     # an exported variable beats the model file; an extra override comes last and wins
     (command,) = dry_run(
-        SCRIPT, "trainer.total_training_steps=7", "actor_rollout_ref.actor.optim.lr=3e-7",
-        GROUP_SIZE="4", MAX_RESPONSE_LENGTH="16384", SEED="3", NNODES="2", DATA_DIR="~/elsewhere",
+        SCRIPT,
+        "trainer.total_training_steps=7",
+        "actor_rollout_ref.actor.optim.lr=3e-7",
+        GROUP_SIZE="4",
+        MAX_RESPONSE_LENGTH="16384",
+        SEED="3",
+        NNODES="2",
+        DATA_DIR="~/elsewhere",
     )
     assert command.overrides[-2:] == ["trainer.total_training_steps=7", "actor_rollout_ref.actor.optim.lr=3e-7"]
     cfg = compose_trainer_config(command.overrides, config_name="dfpo_trainer")
@@ -165,8 +176,12 @@ def run_setup(tmp_path):
     python.write_text(FAKE_PYTHON)
     python.chmod(0o755)
     env = recipe_env(
-        DRY_RUN=None, MODEL_PATH=str(model), DATA_DIR=str(data), PYTHON=str(python),
-        OUTPUT_ROOT=str(tmp_path / "runs"), FAKE_ARGS=str(tmp_path / "args.txt"),
+        DRY_RUN=None,
+        MODEL_PATH=str(model),
+        DATA_DIR=str(data),
+        PYTHON=str(python),
+        OUTPUT_ROOT=str(tmp_path / "runs"),
+        FAKE_ARGS=str(tmp_path / "args.txt"),
     )
     return tmp_path, env
 
