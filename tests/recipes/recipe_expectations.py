@@ -56,7 +56,7 @@ THINKING_MIN_RESPONSE_LENGTH = 32768  # all three models reason at length before
 ALLOWED_NEW_KEY_PARENTS: dict[str, str] = {
     "data.apply_chat_template_kwargs": "verl's RLHFDataset and agent loop pass it to tokenizer.apply_chat_template",
     "actor_rollout_ref.model.override_config": "HFModelConfig reads attn_implementation and updates the HF config",
-    "reward.custom_reward_function.reward_kwargs": "verl.trainer.ppo.reward.get_custom_reward_fn passes it to compute_score",
+    "reward.custom_reward_function.reward_kwargs": "verl's get_custom_reward_fn passes it to compute_score",
     "ray_kwargs.ray_init.runtime_env.env_vars": "verl's run_ppo merges ray_kwargs.ray_init.runtime_env into ray.init",
 }
 

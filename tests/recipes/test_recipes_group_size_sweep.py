@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dfpo.hydra_config import compose_trainer_config
-from tests.recipes.recipe_commands import default_command, dry_run, run_recipe, recipe_env
+from tests.recipes.recipe_commands import default_command, dry_run, recipe_env, run_recipe
 from tests.recipes.recipe_expectations import METHODS, PAPER_GROUP_SIZES, SWEEP_SCRIPT
 
 
@@ -46,10 +46,13 @@ def test_sweep_commands_compose_to_the_intended_run(sweep_commands, index):
 
 def test_sweep_at_g8_is_the_main_recipe(sweep_commands):
     """G=8 with the default budgets is exactly the main run, so the two share checkpoints."""
-    for command, script in zip(sweep_commands[4:6], ("run_dfpo_min_replace_qwen3_32b.sh", "run_gspo_qwen3_32b.sh")):
-        main = default_command(script)
-        strip = lambda overrides: [o for o in overrides if "VERL_FILE_LOGGER_PATH" not in o]  # noqa: E731
-        assert strip(command.overrides) == strip(main.overrides)
+
+    def without_file_log(overrides):
+        return [o for o in overrides if "VERL_FILE_LOGGER_PATH" not in o]
+
+    mains = ("run_dfpo_min_replace_qwen3_32b.sh", "run_gspo_qwen3_32b.sh")
+    for command, script in zip(sweep_commands[4:6], mains, strict=True):
+        assert without_file_log(command.overrides) == without_file_log(default_command(script).overrides)
 
 
 def test_sweep_knobs_narrow_the_grid_and_pass_overrides():
