@@ -15,7 +15,7 @@ Code: per-problem wall time of ``reward.code_tests.score_code`` (one sandboxed p
 problem, at every isolation level available here) vs running the same program once per
 test with bare ``python3 program.py < input`` and comparing the same way.
 
-Usage: ``python scripts/bench_reward.py [--passes 5] [--code-repeats 10] [--out FILE]``.
+Usage: ``python scripts/bench_reward.py [--passes 5] [--code-repeats 10] [--only math|code] [--out FILE]``.
 Prints a Markdown report (ratios computed within this run).
 """
 
@@ -165,33 +165,33 @@ def bench_code(repeats: int) -> list[str]:
     levels = [level for level in sandbox_module.LEVELS if sandbox_module._probe(level)[0] is not None]
     header = "| problem | bare python3 (ms) | " + " | ".join(f"{lvl} (ms) | {lvl} / bare" for lvl in levels) + " |"
     lines = [
-        f"Median of {repeats} runs per problem; bare = one `python3 program.py < input` per test. "
+        f"Median of {repeats} runs per problem, variants interleaved round-robin; "
+        "bare = one `python3 program.py < input` per test. "
         f"Isolation levels available here: {', '.join(levels)}.",
         "",
         header,
         "|---|---|" + "---|---|" * len(levels),
     ]
+    sandboxes = {level: sandbox_module.Sandbox(level) for level in levels}
     for name, (program, tests) in PROBLEMS.items():
         spec = json.dumps(
             {"tests": [{"input": i, "output": o, "testtype": "stdin"} for i, o in tests], "fn_name": None}
         )
         response = f"```python\n{program}```"
-        bare_times = []
-        for _ in range(repeats):
+        times: dict[str, list[float]] = {"bare": [], **{level: [] for level in levels}}
+        for _ in range(repeats):  # round-robin, so load bursts from elsewhere hit every variant alike
             started = time.perf_counter()
             assert _bare(program, tests)
-            bare_times.append(time.perf_counter() - started)
-        bare = statistics.median(bare_times)
-        cells = [f"{bare * 1e3:.1f}"]
-        for level in levels:
-            sandbox = sandbox_module.Sandbox(level)
-            times = []
-            for _ in range(repeats):
+            times["bare"].append(time.perf_counter() - started)
+            for level, sandbox in sandboxes.items():
                 started = time.perf_counter()
                 verdict = score_code(response, spec, limits=CodeLimits(), sandbox=sandbox)
-                times.append(time.perf_counter() - started)
+                times[level].append(time.perf_counter() - started)
                 assert verdict.reason == "correct", (level, name, verdict.reason)
-            ours = statistics.median(times)
+        bare = statistics.median(times["bare"])
+        cells = [f"{bare * 1e3:.1f}"]
+        for level in levels:
+            ours = statistics.median(times[level])
             cells += [f"{ours * 1e3:.1f}", f"{ours / bare:.2f}x"]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
@@ -202,6 +202,7 @@ def main() -> int:
     parser.add_argument("--passes", type=int, default=5, help="timed passes over the math corpus per scorer")
     parser.add_argument("--code-repeats", type=int, default=10, help="runs per code problem and level")
     parser.add_argument("--out", type=Path, help="also write the Markdown report here")
+    parser.add_argument("--only", choices=("math", "code"), help="run one part only")
     args = parser.parse_args()
     from reward.sandbox import isolation
 
@@ -213,15 +214,11 @@ def main() -> int:
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}, load average at start "
         f"{os.getloadavg()[0]:.1f}; sandbox isolation: {report.level}.",
         "",
-        "### Math: accuracy and throughput",
-        "",
-        *bench_math(args.passes),
-        "",
-        "### Code: sandbox overhead per problem",
-        "",
-        *bench_code(args.code_repeats),
-        "",
     ]
+    if args.only in (None, "math"):
+        lines += ["### Math: accuracy and throughput", "", *bench_math(args.passes), ""]
+    if args.only in (None, "code"):
+        lines += ["### Code: sandbox overhead per problem", "", *bench_code(args.code_repeats), ""]
     text = "\n".join(lines)
     print(text)
     if args.out:
