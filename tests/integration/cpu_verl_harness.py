@@ -3,25 +3,30 @@
 verl 0.9.1 ships no CPU platform and registers its FSDP engine for ``cuda``/``npu`` only. This
 module adds what is missing through verl's own extension points, without editing verl's files:
 
-* ``PlatformCPU`` registered with ``verl.plugin.platform.PlatformRegistry`` under the name
-  ``cpu`` (selected by ``VERL_PLATFORM=cpu``): device name ``"cpu"``, the ``gloo`` backend and a
-  device module (:class:`CPUDeviceModule`) answering the ``torch.cuda``-style calls verl makes.
+* :class:`PlatformCPU` registered with ``verl.plugin.platform.PlatformRegistry`` as ``cpu``
+  (selected by ``VERL_PLATFORM=cpu``, see :func:`install_cpu_platform`): device ``"cpu"``,
+  backend ``gloo`` and a device module (:class:`CPUDeviceModule`) answering the
+  ``torch.cuda``-style calls verl makes on the actor path;
 * verl's own ``FSDPEngineWithLMHead`` registered in ``verl.workers.engine.EngineRegistry`` for
-  device ``"cpu"`` (backends ``fsdp`` and ``fsdp2``).
+  device ``"cpu"``, backend ``fsdp2``. (FSDP1 cannot run on CPU: verl wraps with
+  ``sync_module_states=True``, which torch allows only for GPU tensors.)
 
-On top of the shim, builders for the pieces a test needs:
+On top of the shim, what a test needs (each documented below):
 
-* :func:`save_tiny_model` - a randomly initialised 2-layer Qwen2 and an offline tokenizer, saved
-  as a Hugging Face checkpoint directory;
-* :func:`compose_actor_config` / :func:`build_actor_worker` - verl's ``ppo_trainer`` config
-  composed with Hydra and a real ``ActorRolloutRefWorker(role="actor")`` after ``init_model()``;
-* :func:`make_batch` - a TensorDict with the fields and jagged layout the V1 trainer's
-  ``update_actor`` / ``compute_log_prob`` deliver to the worker, plus :func:`with_update_meta`
-  and :func:`with_log_prob_meta` for the non-tensor fields those calls need;
-* :func:`dispatch_shards` - the contiguous data-parallel chunks verl's dispatch hands each rank,
-  and :func:`run_ranks` - run a function on several gloo ranks in spawned processes;
-* what a single-process reference needs: :func:`load_hf_model`, :func:`hf_response_log_probs`,
-  :func:`actor_state_dict`, :func:`optimizer_settings`.
+* model and config: :func:`save_tiny_model` / :func:`ensure_tiny_model` (a random 2-layer fp32
+  Qwen2 and an offline tokenizer), :func:`compose_actor_config` (verl's ``ppo_trainer`` composed
+  with Hydra, :data:`CPU_OVERRIDES` first), :func:`build_actor_worker` (a real
+  ``ActorRolloutRefWorker(role="actor")`` after ``init_model()``);
+* data: :func:`make_batch` (the jagged TensorDict the V1 trainer hands the worker),
+  :func:`with_update_meta` / :func:`with_log_prob_meta` / :func:`update_meta_from_config` (the
+  non-tensor fields ``_update_actor`` / ``_compute_old_log_prob`` attach),
+  :func:`balance_like_trainer`, :func:`dispatch_shards`;
+* ranks: :func:`single_process_group` (world size 1 in this process), :func:`run_ranks` (a
+  function on N gloo ranks in fresh processes), :func:`actor_round` (build, compute_log_prob,
+  update_actor on a rank's shard);
+* references: :func:`load_hf_model`, :func:`hf_response_log_probs`, :func:`actor_state_dict`,
+  :func:`optimizer_settings`, :func:`actor_loss_config`, :func:`global_mini_batches` (the
+  optimizer steps verl takes), :func:`reference_update` (a plain torch loop over them).
 """
 
 from __future__ import annotations
@@ -49,8 +54,7 @@ import torch
 import torch.distributed as dist
 from verl.plugin.platform import PlatformBase, PlatformRegistry, get_platform, set_platform
 
-# The package root, so that spawned rank processes can import ``tests.integration`` (and the
-# repository's own packages) whatever the parent's working directory or import mode.
+# The repository root, put on a rank process's sys.path before it runs the test's function.
 _REPO_ROOT = str(Path(__file__).resolve().parents[2])
 
 CPU_PLATFORM_NAME = "cpu"
@@ -227,10 +231,10 @@ if PlatformRegistry.get(CPU_PLATFORM_NAME) is None:
 def install_cpu_platform() -> None:
     """Make verl in this process run on CPU. Idempotent; call before building any worker.
 
-    Registers the CPU platform, sets ``VERL_PLATFORM=cpu`` (inherited by spawned rank
-    processes), replaces an already-resolved platform singleton, and only then imports
-    ``verl.workers.engine`` (``fsdp/transformer_impl.py`` reads the platform at import time) to
-    register verl's ``FSDPEngineWithLMHead`` for device ``cpu``.
+    Sets ``VERL_PLATFORM=cpu`` (inherited by rank processes), replaces an already-resolved
+    platform singleton (verl falls back to "nvidia" when nothing is detected), and only then
+    imports ``verl.workers.engine`` (``fsdp/transformer_impl.py`` reads the platform at import
+    time) to register verl's ``FSDPEngineWithLMHead`` for device ``cpu``, backend ``fsdp2``.
 
     If another test imported ``verl.workers.engine`` earlier in the same process, that module's
     import-time ``device_name`` stays ``"cuda"``; verl uses it only to build the Ulysses
@@ -242,12 +246,11 @@ def install_cpu_platform() -> None:
 
     from verl.workers.engine import EngineRegistry, FSDPEngineWithLMHead
 
-    # EngineRegistry.register asserts on a second registration of the same key, so register
-    # each backend only where no engine is registered for "cpu" yet.
-    language_model_engines = EngineRegistry._engines["language_model"]
-    missing = [backend for backend in ("fsdp", "fsdp2") if "cpu" not in language_model_engines.get(backend, {})]
-    if missing:
-        EngineRegistry.register(model_type="language_model", backend=missing, device="cpu")(FSDPEngineWithLMHead)
+    # EngineRegistry.register asserts on a second registration of the same key, so register only
+    # if no engine is registered for "cpu" yet. Only fsdp2: with strategy=fsdp, verl then says
+    # "No engine registered for device='cpu' ... backend='fsdp'" instead of failing inside FSDP1.
+    if "cpu" not in EngineRegistry._engines["language_model"].get("fsdp2", {}):
+        EngineRegistry.register(model_type="language_model", backend="fsdp2", device="cpu")(FSDPEngineWithLMHead)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -271,6 +274,7 @@ class TinyModelSpec:
 
 # Special tokens first, then printable characters one token each, then fillers up to vocab_size.
 PAD_TOKEN, BOS_TOKEN, EOS_TOKEN = "<|pad|>", "<|bos|>", "<|eos|>"
+PAD_TOKEN_ID, BOS_TOKEN_ID, EOS_TOKEN_ID = 0, 1, 2
 FIRST_ORDINARY_TOKEN_ID = 3
 
 
@@ -281,7 +285,7 @@ def _build_tokenizer(vocab_size: int):
 
     characters = list(string.ascii_letters + string.digits + string.punctuation + " ")
     ordinary = (characters + [f"<|t{i}|>" for i in range(vocab_size)])[: vocab_size - FIRST_ORDINARY_TOKEN_ID]
-    vocab = {PAD_TOKEN: 0, BOS_TOKEN: 1, EOS_TOKEN: 2}
+    vocab = {PAD_TOKEN: PAD_TOKEN_ID, BOS_TOKEN: BOS_TOKEN_ID, EOS_TOKEN: EOS_TOKEN_ID}
     vocab.update({token: FIRST_ORDINARY_TOKEN_ID + i for i, token in enumerate(ordinary)})
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=PAD_TOKEN))
     backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
@@ -306,9 +310,9 @@ def save_tiny_model(directory: str | os.PathLike, seed: int = 0, spec: TinyModel
         num_key_value_heads=spec.num_key_value_heads,
         max_position_embeddings=spec.max_position_embeddings,
         tie_word_embeddings=False,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
+        pad_token_id=PAD_TOKEN_ID,
+        bos_token_id=BOS_TOKEN_ID,
+        eos_token_id=EOS_TOKEN_ID,
         attn_implementation="eager",
     )
     torch.manual_seed(seed)
@@ -363,6 +367,7 @@ CPU_OVERRIDES: tuple[str, ...] = (
     "actor_rollout_ref.actor.optim.lr_scheduler_type=constant",
     "actor_rollout_ref.actor.optim.lr_warmup_steps=0",
     "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.0",
+    # No clipping in effect, so a reference loop needs no global gradient norm.
     "actor_rollout_ref.actor.optim.clip_grad=1e6",
     "actor_rollout_ref.actor.grad_clip=1e6",
     "actor_rollout_ref.rollout.n=4",
@@ -370,6 +375,7 @@ CPU_OVERRIDES: tuple[str, ...] = (
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
     "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096",
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+    # Mandatory (``???``) in verl's config; role="actor" builds no rollout, so nothing reads it.
     "actor_rollout_ref.rollout.name=vllm",
     "actor_rollout_ref.actor.policy_loss.loss_mode=gspo",
     "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
@@ -557,6 +563,10 @@ def make_batch(model_dir: str | os.PathLike, spec: BatchSpec = BatchSpec()):
     """
     from tensordict import NonTensorStack, TensorDict
 
+    if spec.num_prompts < 1 or spec.n < 1:
+        raise ValueError(f"BatchSpec needs num_prompts >= 1 and n >= 1, got {spec}")
+    if not (1 <= spec.prompt_len[0] <= spec.prompt_len[1] and 1 <= spec.response_len[0] <= spec.response_len[1]):
+        raise ValueError(f"BatchSpec prompt_len and response_len must be ranges (lo, hi) with 1 <= lo <= hi: {spec}")
     generator = torch.Generator().manual_seed(spec.seed)
 
     def randint(low: int, high_inclusive: int) -> int:
@@ -589,19 +599,20 @@ def make_batch(model_dir: str | os.PathLike, spec: BatchSpec = BatchSpec()):
         ]
 
     fields: dict[str, list[torch.Tensor]] = {key: [] for key in _SAMPLE_FIELDS}
-    for prompt, response, advantage, old in zip(prompts, responses, advantages.tolist(), old_log_probs, strict=True):
-        _append_sample(fields, prompt, response, torch.ones_like(response), advantage, old)
+    samples = zip(prompts, responses, advantages.tolist(), rewards, old_log_probs, strict=True)
+    for prompt, response, advantage, reward, old in samples:
+        _append_sample(fields, prompt, response, torch.ones_like(response), advantage, reward, old)
 
     if spec.num_padding_samples:
         from verl.trainer.ppo.padding_utils import SYNTHETIC_PADDING_SEQ_LEN
 
         pad_uid = f"pad{uuid.UUID(int=int(torch.randint(0, 2**62, (1,), generator=generator))).hex}"
         for _ in range(spec.num_padding_samples):
-            prompt = torch.full((SYNTHETIC_PADDING_SEQ_LEN - 1,), 2, dtype=torch.int64)
-            response = torch.full((1,), 2, dtype=torch.int64)
+            prompt = torch.full((SYNTHETIC_PADDING_SEQ_LEN - 1,), EOS_TOKEN_ID, dtype=torch.int64)
+            response = torch.full((1,), EOS_TOKEN_ID, dtype=torch.int64)
             with torch.no_grad():
                 old = hf_response_log_probs_from_lists(model, [prompt], [response])[0]
-            _append_sample(fields, prompt, response, torch.zeros_like(response), 0.0, old)
+            _append_sample(fields, prompt, response, torch.zeros_like(response), 0.0, 0.0, old)
             uids.append(pad_uid)
 
     batch = TensorDict({key: _nested(values) for key, values in fields.items()}, batch_size=[len(uids)])
@@ -624,9 +635,10 @@ _SAMPLE_FIELDS = (
 )
 
 
-def _append_sample(fields, prompt, response, response_mask, advantage: float, old_log_probs) -> None:
+def _append_sample(fields, prompt, response, response_mask, advantage: float, reward: float, old_log_probs) -> None:
     input_ids = torch.cat([prompt, response])
-    reward = torch.zeros(len(response), dtype=torch.float32)
+    token_level_reward = torch.zeros(len(response), dtype=torch.float32)
+    token_level_reward[-1] = reward
     fields["prompts"].append(prompt)
     fields["responses"].append(response)
     fields["input_ids"].append(input_ids)
@@ -637,7 +649,7 @@ def _append_sample(fields, prompt, response, response_mask, advantage: float, ol
     fields["old_log_probs"].append(old_log_probs.to(torch.float32))
     fields["advantages"].append(torch.full((len(response),), advantage, dtype=torch.float32) * response_mask)
     fields["returns"].append(fields["advantages"][-1].clone())
-    fields["token_level_rewards"].append(reward)
+    fields["token_level_rewards"].append(token_level_reward)
 
 
 def _grpo_advantages(rewards: torch.Tensor, uids: list[str], eps: float = 1e-6) -> torch.Tensor:
@@ -758,7 +770,8 @@ def padded_response_field(batch, key: str) -> torch.Tensor:
 def hf_response_log_probs(model: torch.nn.Module, batch) -> torch.Tensor:
     """Response log-probs of every sample of ``batch`` under ``model``, as a right-padded
     (B, T_max) tensor aligned with :func:`padded_response_field` (padding entries are 0)."""
-    per_sample = hf_response_log_probs_from_lists(model, list(batch["prompts"].unbind()), list(batch["responses"].unbind()))
+    prompts, responses = list(batch["prompts"].unbind()), list(batch["responses"].unbind())
+    per_sample = hf_response_log_probs_from_lists(model, prompts, responses)
     return torch.nn.utils.rnn.pad_sequence(per_sample, batch_first=True, padding_value=0.0)
 
 

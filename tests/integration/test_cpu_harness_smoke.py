@@ -59,12 +59,13 @@ def batch(workdir):
     return harness.make_batch(workdir / "model", BATCH_SPEC)
 
 
-def gspo_reference(workdir, batch, overrides):
-    """Initial and final parameters of one plain-torch optimizer step on verl's gspo loss over
-    the whole batch, with the optimizer class and arguments the config asks for."""
+def gspo_reference(workdir, batch, overrides, world_size=1):
+    """Initial and final parameters of a plain-torch loop over the optimizer steps verl takes for
+    this config (:func:`harness.global_mini_batches`), each on verl's gspo loss over the whole
+    global mini-batch, with the optimizer class and arguments the config asks for."""
     from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
-    cfg = harness.compose_actor_config(workdir / "model", [*whole_batch_overrides(1), *overrides])
+    cfg = harness.compose_actor_config(workdir / "model", overrides)
     loss_config = harness.actor_loss_config(cfg)
     gspo = get_policy_loss_fn("gspo")
 
@@ -95,10 +96,13 @@ def gspo_reference(workdir, batch, overrides):
 
     model = harness.load_hf_model(workdir / "model")
     initial = {name: value.detach().clone() for name, value in model.state_dict().items()}
-    steps = harness.global_mini_batches(len(batch), world_size=1, mini_batch_size=len(batch))
-    assert steps == [list(range(len(batch)))]
+    meta = harness.update_meta_from_config(cfg.actor_rollout_ref)
+    steps = harness.global_mini_batches(
+        len(batch), world_size, meta["mini_batch_size"], meta["epochs"], meta["shuffle"], meta["seed"]
+    )
     harness.reference_update(model, settings, batch, steps, loss_fn)
-    return {"initial": initial, "final": {k: v.detach().clone() for k, v in model.state_dict().items()}, "settings": settings}
+    final = {name: value.detach().clone() for name, value in model.state_dict().items()}
+    return {"initial": initial, "final": final, "settings": settings}
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +111,7 @@ def references(workdir, batch):
 
     def get(optimizer: str):
         if optimizer not in cache:
-            cache[optimizer] = gspo_reference(workdir, batch, OPTIMIZERS[optimizer])
+            cache[optimizer] = gspo_reference(workdir, batch, [*whole_batch_overrides(1), *OPTIMIZERS[optimizer]])
         return cache[optimizer]
 
     return get
@@ -190,14 +194,14 @@ def test_compute_log_prob_matches_plain_forward_world_size_1(workdir, batch):
 
 
 def test_update_actor_trains_and_reports_metrics_world_size_1(workdir, batch):
-    # The harness defaults: 2 mini-batches of 2 prompts x 4 responses, micro-batches of 8.
+    # The harness defaults: 2 mini-batches of 2 prompts x 4 responses, micro-batches of 2.
     with harness.single_process_group():
         result = harness.actor_round(0, 1, str(workdir), [], batch, compute_log_prob=False)
     assert "actor/pg_loss" in result.metrics and "grad_norm" in result.metrics
     assert len(result.metrics["grad_norm"]) == 2, "two mini-batches, two optimizer steps"
     assert all(torch.isfinite(torch.tensor(v)) for v in result.metrics["actor/pg_loss"])
-    moved = [name for name in result.state_before if not torch.equal(result.state_before[name], result.state_after[name])]
-    assert sorted(moved) == sorted(result.state_before), "every parameter tensor must change"
+    unchanged = [name for name, value in result.state_before.items() if torch.equal(value, result.state_after[name])]
+    assert not unchanged, f"parameters not updated: {unchanged}"
 
 
 @pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
@@ -213,11 +217,24 @@ def test_update_actor_matches_plain_torch_loop_world_size_1(workdir, batch, refe
     assert_same_update(result.state_after, reference)
 
 
-def test_two_gloo_ranks_match_plain_torch_loop(workdir, batch, references):
-    reference = references("sgd")
-    results = harness.run_ranks(
-        harness.actor_round, 2, str(workdir), harness.compose_actor_config(workdir / "model", whole_batch_overrides(2)), batch
-    )
+# Two ranks, two mini-batches per epoch, two epochs, shuffled mini-batches, dynamic micro-batches:
+# the reference replays verl's per-rank shuffling (seed + dp_rank) through global_mini_batches.
+TWO_RANK_OVERRIDES = [
+    f"actor_rollout_ref.rollout.n={N}",
+    f"actor_rollout_ref.actor.ppo_mini_batch_size={NUM_PROMPTS // 2}",
+    "actor_rollout_ref.actor.ppo_epochs=2",
+    "actor_rollout_ref.actor.shuffle=True",
+    "actor_rollout_ref.actor.use_dynamic_bsz=True",
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=40",
+]
+
+
+def test_two_gloo_ranks_match_plain_torch_loop(workdir, batch):
+    steps = harness.global_mini_batches(len(batch), 2, mini_batch_size=NUM_PROMPTS * N // 2, epochs=2, shuffle=True)
+    assert len(steps) == 4 and steps[0] != steps[2], "two shuffled epochs of two mini-batches"
+    reference = gspo_reference(workdir, batch, TWO_RANK_OVERRIDES, world_size=2)
+    cfg = harness.compose_actor_config(workdir / "model", TWO_RANK_OVERRIDES)
+    results = harness.run_ranks(harness.actor_round, 2, str(workdir), cfg, batch)
     shards = harness.dispatch_shards(batch, 2)
     with torch.no_grad():
         model = harness.load_hf_model(workdir / "model")
@@ -228,6 +245,7 @@ def test_two_gloo_ranks_match_plain_torch_loop(workdir, batch, references):
             torch.testing.assert_close(result.log_probs, expected, atol=1e-5, rtol=1e-5)
     # Only the collecting rank returns metrics; they hold both ranks' values.
     assert "actor/pg_loss" in results[0].metrics
+    assert len(results[0].metrics["grad_norm"]) == 4
     assert_optimizer_as_configured(results[0].optimizer, reference)
     for name in reference["final"]:
         torch.testing.assert_close(results[0].state_after[name], results[1].state_after[name], atol=0, rtol=0)
