@@ -328,6 +328,7 @@ dfpo_launch() {
         "trainer.total_training_steps=$total_training_steps"
         "trainer.total_epochs=${TOTAL_EPOCHS:-100}"
         "trainer.save_freq=${SAVE_FREQ:-20}"
+        "trainer.max_actor_ckpt_to_keep=${MAX_CKPT_TO_KEEP:-3}"
         "trainer.test_freq=${TEST_FREQ:-20}"
         "trainer.val_before_train=${VAL_BEFORE_TRAIN:-true}"
         "trainer.resume_mode=${RESUME_MODE:-auto}"

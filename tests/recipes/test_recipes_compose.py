@@ -103,6 +103,9 @@ def test_recipe_resources_are_consistent(script):
     assert rollout.log_prob_max_token_len_per_gpu * sp >= longest
     assert ref.log_prob_max_token_len_per_gpu * ref.ulysses_sequence_parallel_size >= longest
     assert ref.ulysses_sequence_parallel_size == sp
+    # FSDP2 for actor and reference (verl syncs the engine's strategy from the actor's)
+    assert omega_conf_to_dataclass(actor).fsdp_config.strategy == "fsdp2"
+    assert ref.strategy == "fsdp2"
     # vLLM replicas and Ulysses groups stay inside a node
     assert gpus_per_node % rollout.tensor_model_parallel_size == 0
     assert gpus_per_node % sp == 0
@@ -172,7 +175,7 @@ def test_recipe_names_and_logs_its_run(script):
     assert "file" in cfg.trainer.logger and "console" in cfg.trainer.logger
     file_log = cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH
     assert file_log.startswith(f"{TEST_HOME}/dfpo_runs/logs/dfpo/{name}.") and file_log.endswith(".jsonl")
-    assert cfg.trainer.resume_mode == "auto"
+    assert cfg.trainer.resume_mode == "auto" and cfg.trainer.max_actor_ckpt_to_keep == 3
 
 
 def test_recipes_have_distinct_experiment_names():
