@@ -4,7 +4,7 @@ verl 0.9.1 ships no CPU platform and registers its FSDP engine for ``cuda``/``np
 module adds what is missing through verl's own extension points, without editing verl's files:
 
 * :class:`PlatformCPU` registered with ``verl.plugin.platform.PlatformRegistry`` as ``cpu``
-  (selected by ``VERL_PLATFORM=cpu``, see :func:`install_cpu_platform`): device ``"cpu"``,
+  (made current by :func:`install_cpu_platform`; ``VERL_PLATFORM=cpu`` in rank processes): device ``"cpu"``,
   backend ``gloo`` and a device module (:class:`CPUDeviceModule`) answering the
   ``torch.cuda``-style calls verl makes on the actor path;
 * verl's own ``FSDPEngineWithLMHead`` registered in ``verl.workers.engine.EngineRegistry`` for
@@ -228,20 +228,22 @@ if PlatformRegistry.get(CPU_PLATFORM_NAME) is None:
     PlatformRegistry.register(platform=CPU_PLATFORM_NAME)(PlatformCPU)
 
 
-def install_cpu_platform() -> None:
-    """Make verl in this process run on CPU. Idempotent; call before building any worker.
+def install_cpu_platform() -> PlatformBase:
+    """Make verl in this process run on CPU; returns the platform it replaced. Idempotent; called
+    by :func:`build_actor_worker`, :func:`single_process_group` and every rank of :func:`run_ranks`.
 
-    Sets ``VERL_PLATFORM=cpu`` (inherited by rank processes), replaces an already-resolved
-    platform singleton (verl falls back to "nvidia" when nothing is detected), and only then
-    imports ``verl.workers.engine`` (``fsdp/transformer_impl.py`` reads the platform at import
-    time) to register verl's ``FSDPEngineWithLMHead`` for device ``cpu``, backend ``fsdp2``.
+    Replaces verl's platform singleton (resolved on first use; verl falls back to "nvidia" when it
+    detects nothing), and only then imports ``verl.workers.engine`` (``fsdp/transformer_impl.py``
+    reads the platform at import time) to register verl's ``FSDPEngineWithLMHead`` for device
+    ``cpu``, backend ``fsdp2``. ``VERL_PLATFORM`` is deliberately left alone: it would leak into
+    Ray workers of later tests, which do not know the ``cpu`` platform.
 
     If another test imported ``verl.workers.engine`` earlier in the same process, that module's
     import-time ``device_name`` stays ``"cuda"``; verl uses it only to build the Ulysses
     sequence-parallel mesh, which CPU runs do not use (``ulysses_sequence_parallel_size=1``).
     """
-    os.environ["VERL_PLATFORM"] = CPU_PLATFORM_NAME
-    if get_platform().device_name != "cpu":
+    previous = get_platform()
+    if previous.device_name != "cpu":
         set_platform(PlatformCPU())
 
     from verl.workers.engine import EngineRegistry, FSDPEngineWithLMHead
@@ -251,6 +253,7 @@ def install_cpu_platform() -> None:
     # "No engine registered for device='cpu' ... backend='fsdp'" instead of failing inside FSDP1.
     if "cpu" not in EngineRegistry._engines["language_model"].get("fsdp2", {}):
         EngineRegistry.register(model_type="language_model", backend="fsdp2", device="cpu")(FSDPEngineWithLMHead)
+    return previous
 
 
 # ---------------------------------------------------------------------------------------------
@@ -944,18 +947,29 @@ def single_process_group() -> Iterator[None]:
     """This process as rank 0 of a world of 1 over gloo, for building workers in-process.
 
     verl's ``initialize_global_process_group_ray`` would ask for ``"cpu:gloo,cpu:gloo"``; a
-    group initialised here first is reused by it. Environment and group are restored on exit.
+    group initialised here first is reused by it. On exit the group is destroyed and the
+    environment and verl's previous platform are restored, so later tests in the same process
+    see verl as it was.
     """
-    install_cpu_platform()
     if dist.is_initialized():
         raise RuntimeError("a torch.distributed process group is already initialised in this process")
-    saved = {key: os.environ.get(key) for key in _rank_environment(0, 1, 0)}
-    os.environ.update(_rank_environment(0, 1, free_port()))
-    dist.init_process_group(backend="gloo", rank=0, world_size=1)
+    previous_platform = install_cpu_platform()
+    with _environment(_rank_environment(0, 1, free_port())):
+        dist.init_process_group(backend="gloo", rank=0, world_size=1)
+        try:
+            yield
+        finally:
+            dist.destroy_process_group()
+            set_platform(previous_platform)
+
+
+@contextmanager
+def _environment(variables: dict[str, str]) -> Iterator[None]:
+    saved = {key: os.environ.get(key) for key in variables}
+    os.environ.update(variables)
     try:
         yield
     finally:
-        dist.destroy_process_group()
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -1024,9 +1038,14 @@ def run_ranks(fn: Callable, world_size: int, *args, timeout_s: float = 600.0) ->
     """
     import multiprocessing
 
-    install_cpu_platform()  # VERL_PLATFORM=cpu for the forkserver, started on first use
+    from multiprocessing import forkserver
+
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(list(_RANK_PRELOAD))
+    # The forkserver keeps the environment it starts with: VERL_PLATFORM=cpu there (not in this
+    # process) makes the preloaded verl modules resolve the CPU platform at import.
+    with _environment({"VERL_PLATFORM": CPU_PLATFORM_NAME}):
+        forkserver.ensure_running()
     queue = context.Queue()
     port = free_port()
     args_payload = _to_bytes(args)

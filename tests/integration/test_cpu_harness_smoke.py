@@ -250,3 +250,18 @@ def test_two_gloo_ranks_match_plain_torch_loop(workdir, batch):
     for name in reference["final"]:
         torch.testing.assert_close(results[0].state_after[name], results[1].state_after[name], atol=0, rtol=0)
     assert_same_update(results[0].state_after, reference)
+
+
+def test_single_process_group_leaves_no_trace():
+    import os
+
+    import torch.distributed as dist
+    from verl.plugin.platform import get_platform
+
+    before_platform, before_env = get_platform(), dict(os.environ)
+    with harness.single_process_group():
+        assert get_platform().device_name == "cpu" and dist.get_world_size() == 1
+        assert os.environ["VERL_PLATFORM"] == "cpu" and os.environ["RANK"] == "0"
+    assert get_platform() is before_platform
+    assert dict(os.environ) == before_env
+    assert not dist.is_initialized()
