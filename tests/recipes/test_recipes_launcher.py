@@ -6,10 +6,13 @@ These run bash only (no Hydra), except where a value's exact meaning for Hydra i
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from dfpo.hydra_config import compose_trainer_config
 from tests.recipes.recipe_commands import (
@@ -135,13 +138,29 @@ def test_variables_and_extra_overrides_reach_the_config():
     assert cfg.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu == 4 * (2048 + 16384) // 4
 
 
-def test_paths_with_hydra_syntax_reach_verl_unchanged():
-    model = "/models/my copy, v2=final/Qwen3-32B"
+def test_the_printed_line_run_verbatim_is_what_dfpo_main_composes():
+    """DRY_RUN's line, executed by bash as printed (plus Hydra's ``--cfg job``, which prints the
+    config instead of training), reaches the real entry point with every tricky path intact."""
+    model = "/models/my copy, v2=final/gpt-oss-120b-bf16"
     data = "/data/run [1]/dfpo"
-    (command,) = dry_run(SCRIPT, MODEL_PATH=model, DATA_DIR=data)
-    cfg = compose_trainer_config(command.overrides, config_name="dfpo_trainer")
+    env = recipe_env(MODEL_PATH=model, DATA_DIR=data, PYTHON=sys.executable)
+    line = run_recipe("run_grpo_fix_gpt_oss_120b.sh", env=env).stdout.strip()
+    assert line.startswith(shlex.quote(sys.executable) + " -m dfpo.main ")
+    result = subprocess.run(
+        ["bash", "-c", line + " --cfg job"],
+        cwd=REPO_ROOT,
+        env={**env, "HYDRA_FULL_ERROR": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    cfg = OmegaConf.create(result.stdout)
     assert cfg.actor_rollout_ref.model.path == model
-    assert list(cfg.data.val_files)[0] == f"{data}/aime25.parquet"
+    assert list(cfg.data.val_files) == [f"{data}/{name}.parquet" for name in ("aime25", "hmmt25", "lcb_v6")]
+    assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == "cispo"
+    assert cfg.actor_rollout_ref.model.override_config.attn_implementation == "kernels-community/vllm-flash-attn3"
+    assert cfg.trainer.experiment_name == "grpo_fix-gpt_oss_120b-g8-seed1"
 
 
 def test_dry_run_reports_missing_files_on_stderr_only():
