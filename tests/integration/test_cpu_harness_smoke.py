@@ -258,10 +258,12 @@ def test_single_process_group_leaves_no_trace():
     import torch.distributed as dist
     from verl.plugin.platform import get_platform
 
-    before_platform, before_env = get_platform(), dict(os.environ)
+    import verl.workers.engine  # noqa: F401  (verl's own import-time environment changes happen here)
+    keys = ("VERL_PLATFORM", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    before_platform, before_env = get_platform(), {key: os.environ.get(key) for key in keys}
     with harness.single_process_group():
         assert get_platform().device_name == "cpu" and dist.get_world_size() == 1
         assert os.environ["VERL_PLATFORM"] == "cpu" and os.environ["RANK"] == "0"
     assert get_platform() is before_platform
-    assert dict(os.environ) == before_env
+    assert {key: os.environ.get(key) for key in keys} == before_env
     assert not dist.is_initialized()
