@@ -193,7 +193,7 @@ def test_two_gloo_ranks_with_groups_split_by_length_balancing(workdir):
     assert any(len(r) == 2 for r in ranks_of_group.values()), "the balanced batch should split some group over ranks"
     results = _check(workdir, batch, WORLD2_CASES, 2)
     # groups straddle mini-batches here: the pre-pass forwards members outside the mini-batch
-    assert max(max(r[2].get("dfpo/prepass_rows_per_mini_batch_row", [0])) for r in results[0]) >= 1.0
+    assert max(max(r[2]["dfpo/prepass_rows_per_mini_batch_row"]) for r in results[0]) > 1.0
 
 
 def test_verl_gspo_update_is_unchanged_by_dfpo_worker(workdir):
