@@ -63,7 +63,7 @@ def test_recipe_selects_its_method(script):
     assert actor.policy_loss.loss_mode == expected.loss_mode
     assert actor.loss_agg_mode == expected.loss_agg_mode
     if expected.clip_ratio is not None:
-        assert (actor.clip_ratio_low, actor.clip_ratio_high) == pytest.approx(expected.clip_ratio, rel=0, abs=0)
+        assert (actor.clip_ratio_low, actor.clip_ratio_high) == expected.clip_ratio
     if expected.loss_mode == "dfpo":
         options = actor.policy_loss
         assert isinstance(options, DFPOPolicyLossConfig)
