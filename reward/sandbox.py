@@ -613,7 +613,10 @@ _select_lock = threading.Lock()
 
 _WEAKNESSES = {
     "bwrap": (),
-    "unshare": ("the host file system is visible read-only to the sandbox user (minus world-writable directories)",),
+    "unshare": (
+        "the host file system stays visible with the sandbox uid's permissions "
+        "(world-writable directories are replaced by private tmpfs)",
+    ),
     "rlimits": (
         "no network isolation (no namespaces available)",
         "world-writable directories (/tmp, /dev/shm...) are writable by the sandboxed program",
