@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import torch
 
 from dfpo.distributed import all_gather_objects
-from dfpo.group_statistics import RowStatistics, sequence_weights, GroupWeights, group_weight_metrics
+from dfpo.group_statistics import GroupWeights, RowStatistics, group_weight_metrics, sequence_weights
 
 SIGN_DEPENDENT_CLIP_LOSSES = ("vanilla",)
 SIGN_FREE_CLIP_LOSSES = ("cispo",)

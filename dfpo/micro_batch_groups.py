@@ -2,7 +2,7 @@
 
 verl's policy-loss interface passes only (old_log_prob, log_prob, advantages, response_mask,
 loss_agg_mode, config, rollout_is_weights). DFPO's full loss function
-(:func:`dfpo.verl_loss_fn.dfpo_ppo_loss`, installed in the actor with ``set_loss_fn``) reads the
+(:class:`dfpo.verl_loss_fn.DFPOLossFunction`, installed in the actor with ``set_loss_fn``) reads the
 micro-batch's ``uid`` field — and the weights of the exact pre-pass when present — and publishes
 them here for the duration of verl's ``ppo_loss`` call, which then calls the registered loss.
 """
