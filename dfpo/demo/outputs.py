@@ -21,9 +21,9 @@ residual  = sum over groups and shared positions |sum_i dL/dlog pi_(i,t)| / sum 
             own gradient is (sum_i dL/dlog pi_(i,t)) * grad log pi_t: 0 = it cancels, 1 = no cancellation.
             Mean over all updates; the rightmost column is the largest single update.
 preference drift = mean |change of log pi(written header token) - log pi(its variant spelling)| on a
-            fixed probe, from the warm start to the last step (nats). It moves only when the header's
-            output logits for the two spellings move apart: the shared positions' own gradient does that,
-            other positions' updates barely touch those two rows of the output layer.
+            fixed probe, from the warm start to the last step (nats). The two spellings' rows of the
+            output layer get gradient almost only at the header positions, so this moves mainly by the
+            shared positions' own gradient; other updates reach it only through the header's hidden states.
 log-prob drift = mean |change of log pi(written header token)| (nats). It also contains probability
             mass that leaks into the header positions from tokens trained elsewhere (YES/NO/EOS).
 Drift is not zero under DFPO: updates from the divergent tokens (answer, filler, EOS) still move the
