@@ -1,8 +1,9 @@
 """Supervised warm start: the policy every method starts RL from (as RL starts from an SFT model).
 
-The demonstrations answer correctly 70% of the time (a partly trained policy), and the filler after it has a
-random length, often longer than the rollout's length limit (so about a third of the sampled
-responses are cut off and score 0: reward and length are negatively correlated).
+The demonstrations answer correctly 70% of the time (a partly trained policy), and the filler
+after the answer has a random length, often longer than the rollout's length limit: about a
+third of the warm-start policy's responses are cut off and score 0, so reward and length are
+negatively correlated (-0.43 to -0.49 on seeds 0-2).
 
 The demonstrations also write each header token in one of two spellings, the one the rollout
 writes (:data:`~dfpo.demo.toy_task.HEADER_TOKENS`, 20% of the time) or a variant
