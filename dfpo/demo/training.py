@@ -195,6 +195,9 @@ def run_demo(cfg: DemoConfig, methods: list[MethodSpec], progress=print) -> Demo
     for method in methods:
         result = run_method(method, cfg, start, schedule)
         last = result.steps[-1]
-        progress(f"[demo] {method.name:<18} {cfg.steps} steps in {result.seconds:5.1f}s  reward {last.reward:.2f}  header drift {last.header_drift:.3f}")
+        progress(
+            f"[demo] {method.name:<18} {cfg.steps} steps in {result.seconds:5.1f}s  "
+            f"reward {last.reward:.2f}  preference drift {last.spelling_drift:.3f}"
+        )
         results.append(result)
     return DemoResult(cfg, losses, results)
