@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dfpo.demo.measures import cancellation_sums, group_common_prefix_lengths, header_drift, length_reward_correlation, read_probe
 from dfpo.demo.policy_model import build_policy, response_logits, token_log_probs
@@ -91,6 +93,31 @@ def test_cancellation_sums_labelled():
     assert abs(sums.residual - 5.0 / 9.0) < 1e-12
     none = cancellation_sums(torch.zeros(2, 3), torch.tensor([2, 2]), torch.tensor([0, 0]))
     assert none.residual is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(2, 6), min_size=1, max_size=4),
+    prefix=st.integers(1, 4),
+    seed=st.integers(0, 2**31 - 1),
+    scale=st.floats(1e-3, 1e3),
+)
+def test_cancellation_sums_properties(sizes, prefix, seed, scale):
+    """residual ∈ [0, 1]; unchanged by a positive scale; 0 for weights of the form Â_i·w with Σ Â_i = 0."""
+    generator = torch.Generator().manual_seed(seed)
+    group = torch.cat([torch.full((n,), g) for g, n in enumerate(sizes)])
+    coef = torch.randn(len(group), 5, generator=generator, dtype=torch.float64)
+    common = torch.full((len(group),), prefix)
+    residual = cancellation_sums(coef, common, group).residual
+    assert 0.0 <= residual <= 1.0 + 1e-12
+    assert abs(cancellation_sums(coef * scale, common, group).residual - residual) < 1e-9
+    adv = torch.randn(len(group), generator=generator, dtype=torch.float64)
+    for g in range(len(sizes)):
+        adv[group == g] -= adv[group == g].mean()
+    cancelling = adv.unsqueeze(1) * torch.rand(1, 5, generator=generator, dtype=torch.float64)
+    assert cancellation_sums(cancelling, common, group).residual < 1e-12
+    same_sign = coef.abs()
+    assert abs(cancellation_sums(same_sign, common, group).residual - 1.0) < 1e-12
 
 
 def test_length_reward_correlation_labelled():

@@ -4,8 +4,9 @@ On the first mini-batch of a step the policy has not moved (every ratio is 1, no
 active), so the coefficient ∂L/∂log π_{i,t} of each loss is known in closed form:
 
 * GSPO (seq-mean-token-mean):      −Â_i / (L_i · N)
-* GRPO (vanilla, token-mean):      −Â_i / T           (T: valid tokens of the mini-batch)
+* GRPO (vanilla) and GRPO-fix (cispo), token-mean:   −Â_i / T   (T: valid tokens of the mini-batch)
 * DFPO Min-Replace:                −Â_i · min_j(1/L_j) / N
+* DFPO Orth-Proj:                  −Â_i · w̃_i / N,  w̃ = w − (Âᵀw/‖Â‖²) Â,  w_i = 1/L_i
 
 so the residual on a group's shared positions is Σ_t |Σ_i Â_i c_i| / Σ_t Σ_i |Â_i c_i| with the
 per-sequence factors c_i above. This checks the measurement (and the wiring of verl's losses)
@@ -51,7 +52,7 @@ def closed_form_residual(adv: torch.Tensor, factor: torch.Tensor, prefix: torch.
     return net / magnitude
 
 
-@pytest.mark.parametrize("key", ["gspo", "grpo", "dfpo_min_replace"])
+@pytest.mark.parametrize("key", ["gspo", "grpo", "grpo_fix", "dfpo_min_replace", "dfpo_orth_proj"])
 def test_on_policy_residual_matches_closed_form(batch, key):
     model, rollout = batch
     method = select_methods([key])[0]
@@ -70,12 +71,22 @@ def test_on_policy_residual_matches_closed_form(batch, key):
     n_seq = rollout.responses.shape[0]
     if key == "gspo":
         factor = 1.0 / (lengths * n_seq)
-    elif key == "grpo":
+    elif key in ("grpo", "grpo_fix"):
         factor = torch.full_like(lengths, 1.0 / float(rollout.response_mask.sum()))
-    else:
+    elif key == "dfpo_min_replace":
         inverse = 1.0 / lengths
         w_min = torch.stack([inverse[rollout.group_index == g].min() for g in rollout.group_index.tolist()])
         factor = w_min / n_seq
+    else:
+        w = (1.0 / lengths).double()
+        a = adv.double()
+        projected = torch.empty_like(w)
+        for g in torch.unique(rollout.group_index).tolist():
+            rows = rollout.group_index == g
+            norm = float((a[rows] ** 2).sum())
+            coef = float((a[rows] * w[rows]).sum()) / norm if norm > 1e-12 else 0.0
+            projected[rows] = w[rows] - coef * a[rows]
+        factor = projected / n_seq
     expected = closed_form_residual(adv, factor, prefix, rollout.group_index)
     if key == "gspo":
         assert expected > 1e-3, "the fixture must have a learning tax to compare against"
