@@ -27,11 +27,24 @@ def _is_pool_worker(process: psutil.Process) -> bool:
         return False
 
 
+_PRE_EXISTING: set[int] = set()
+"""Descendants that existed before the current test started (e.g. another suite's forkserver)."""
+
+
+@pytest.fixture(autouse=True)
+def _record_pre_existing_processes():
+    _PRE_EXISTING.clear()
+    _PRE_EXISTING.update(child.pid for child in psutil.Process().children(recursive=True))
+    yield
+
+
 def stray_processes() -> list[str]:
-    """Descendants of this test process (other than math-verify pool workers) and any
-    process still running under a sandbox uid."""
+    """Descendants of this test process started during the current test (other than
+    math-verify pool workers) and any process still running under a sandbox uid."""
     found = []
     for child in psutil.Process().children(recursive=True):
+        if child.pid in _PRE_EXISTING:
+            continue
         try:
             if child.status() == psutil.STATUS_ZOMBIE:
                 found.append(f"zombie {child.pid}")
