@@ -40,9 +40,8 @@ def _check_whole_groups(group_index: torch.Tensor, valid: torch.Tensor, group_si
     if bool(short.any()):
         raise RuntimeError(
             f"dfpo: a micro-batch holds {int(sizes[short][0])} of the {group_size} responses of a group, so the "
-            "group's statistics are incomplete. Enable policy_loss.dfpo_exact_groups=true (with `python -m dfpo.main`), "
-            "or make each micro-batch hold whole groups (ppo_micro_batch_size_per_gpu a multiple of rollout.n, "
-            "use_dynamic_bsz=false, trainer.balance_batch=false)."
+            "group's statistics are incomplete. Set actor_rollout_ref.actor.policy_loss.dfpo_exact_groups=true (the "
+            "default of `python -m dfpo.main`): verl's length balancing and dynamic micro-batching split groups."
         )
 
 

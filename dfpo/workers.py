@@ -138,7 +138,7 @@ class DFPOTrainingWorker(TrainingWorker):
                 stop_grad=options.dfpo_stop_grad,
                 scope_prefix=options.dfpo_scope == "shared_prefix",
                 at_old_params=step.mini_batches_done == 0 and not self._old_log_probs_from_rollout(),
-                log_prob_fn=partial(self._log_probs_at_current_params, step),
+                log_prob_fn=partial(self._log_probs_at_current_params, step, data),
                 dp_group=dp_group,
                 forward_multiple=self._forward_multiple(),
             )
@@ -164,16 +164,27 @@ class DFPOTrainingWorker(TrainingWorker):
             return 1
         return int(self.engine_config.infer_micro_batch_size_per_gpu or 1)
 
-    def _log_probs_at_current_params(self, step: _Step, rows: torch.Tensor) -> torch.Tensor:
-        """(n, T) log π_θ of step rows ``rows`` with one no-grad forward (verl's own infer path)."""
-        sub = tu.index_select_tensor_dict(step.data, rows)
+    def _log_probs_at_current_params(self, step: _Step, mini_batch, rows: torch.Tensor) -> torch.Tensor:
+        """(n, T) log π_θ of step rows ``rows`` with one no-grad forward (verl's own infer path).
+
+        When the rows are exactly the mini-batch's (mini-batches holding whole groups: the common
+        case), the mini-batch itself is forwarded instead of re-selecting the rows from the step.
+        """
+        mini_rows = mini_batch[ROW_ID_FIELD].cpu()
+        if rows.numel() == mini_rows.numel() and torch.equal(torch.sort(rows).values, torch.sort(mini_rows).values):
+            sub = mini_batch.copy()
+            order = torch.argsort(mini_rows)[torch.argsort(torch.argsort(rows))]
+        else:
+            sub = tu.index_select_tensor_dict(step.data, rows)
+            order = None
         tu.assign_non_tensor(sub, compute_loss=False, calculate_entropy=False, disable_auto_offload=True)
         output = self.infer_batch(sub)
         if output is None:
             raise RuntimeError("dfpo pre-pass: this rank got no log-probs back from infer_batch (model-parallel rank?)")
         log_probs = response_from_nested(output["log_probs"], sub["response_mask"]).to_padded_tensor(0.0)
         width = step.rows.old_log_prob.shape[-1]
-        return F.pad(log_probs, (0, width - log_probs.shape[-1])).cpu()
+        log_probs = F.pad(log_probs, (0, width - log_probs.shape[-1])).cpu()
+        return log_probs if order is None else log_probs[order]
 
 
 class DFPOActorRolloutRefWorker(ActorRolloutRefWorker):
