@@ -191,6 +191,13 @@ _FAILURE_REASONS = {
 }
 
 
+def parse_submission(ground_truth: str | dict, response: str, mode: str) -> tuple[CodeProblem, str | None]:
+    """Check ``mode``, parse the ground truth and take the response's program (None: no program)."""
+    if mode not in CODE_MODES:
+        raise ValueError(f"code_mode={mode!r} is not supported; use one of {CODE_MODES}")
+    return parse_ground_truth(ground_truth), extract_program(response)
+
+
 def score_code(
     response: str,
     ground_truth: str | dict,
@@ -204,10 +211,7 @@ def score_code(
     ``mode``: ``all_pass`` (credit 1 only if every test passes; stops at the first failure)
     or ``fraction`` (credit = passed / total; runs every test).
     """
-    if mode not in CODE_MODES:
-        raise ValueError(f"code_mode={mode!r} is not supported; use one of {CODE_MODES}")
-    problem = parse_ground_truth(ground_truth)
-    program = extract_program(response)
+    problem, program = parse_submission(ground_truth, response, mode)
     if program is None:
         return outcome.all_or_nothing(outcome.NO_ANSWER, None)
     try:

@@ -23,13 +23,11 @@ import requests
 
 from reward import outcome
 from reward.code_tests import (
-    CODE_MODES,
     DEFAULT_CODE_LIMITS,
     CodeLimits,
     TestCase,
-    extract_program,
     functional_output_matches,
-    parse_ground_truth,
+    parse_submission,
     stdin_output_matches,
 )
 
@@ -123,10 +121,7 @@ def score_code_remote(
     ``all_pass`` runs the tests in batches of ``concurrency`` and stops after the first
     batch with a failure; ``fraction`` runs them all.  The problem budget bounds the total.
     """
-    if mode not in CODE_MODES:
-        raise ValueError(f"code_mode={mode!r} is not supported; use one of {CODE_MODES}")
-    problem = parse_ground_truth(ground_truth)
-    program = extract_program(response)
+    problem, program = parse_submission(ground_truth, response, mode)
     if program is None:
         return outcome.all_or_nothing(outcome.NO_ANSWER, None)
     started = time.monotonic()
