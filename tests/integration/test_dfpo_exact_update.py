@@ -94,6 +94,7 @@ def reference_update(tmp_path, batch, overrides, world_size):
     adv = h.padded_response_field(batch, "advantages")
     mask = h.padded_response_field(batch, "response_mask").to(torch.bool)
     prefix = shared_prefix_lengths(h.padded_response_field(batch, "responses"), mask, gid)
+    is_w = h.padded_response_field(batch, "rollout_is_weights") if "rollout_is_weights" in batch.keys() else None
     scope_prefix = prefix if options.dfpo_scope == "shared_prefix" else None
     for k, rows in enumerate(steps):
         rows_t = torch.tensor(rows)
@@ -101,7 +102,15 @@ def reference_update(tmp_path, batch, overrides, world_size):
         with torch.no_grad():
             lp = old[needed] if k == 0 else h.hf_response_log_probs(model, h.select_samples(batch, needed.tolist()))
         lp = torch.nn.functional.pad(lp, (0, old.shape[1] - lp.shape[1]))
-        stats = row_statistics(lp, old[needed], adv[needed], mask[needed], gid[needed], None if scope_prefix is None else scope_prefix[needed])
+        stats = row_statistics(
+            lp,
+            old[needed],
+            adv[needed],
+            mask[needed],
+            gid[needed],
+            None if scope_prefix is None else scope_prefix[needed],
+            None if is_w is None else is_w[needed],
+        )
         weights = compute_group_weights(stats, options.dfpo_transform, options.dfpo_scale, options.dfpo_stop_grad)
         position = {int(r): i for i, r in enumerate(needed)}
         optimizer.zero_grad(set_to_none=True)
@@ -116,6 +125,7 @@ def reference_update(tmp_path, batch, overrides, world_size):
             transform=options.dfpo_transform,
             scope=options.dfpo_scope,
             stop_grad=options.dfpo_stop_grad,
+            rollout_is_weights=None if is_w is None else is_w[rows_t][:, :width],
             num_sequences=len(rows),
             group_weights=weights.select(torch.tensor([position[r] for r in rows])),
             prefix_len=prefix[rows_t],
@@ -211,3 +221,17 @@ def test_verl_gspo_update_is_unchanged_by_dfpo_worker(workdir):
     assert max(gspo_metrics["dfpo/cancellation_residual_before"]) > 1e-3  # GSPO pays the learning tax
     assert "dfpo/shared_token_clip_residual" in vanilla_metrics
     assert "dfpo/shared_prefix_token_frac" in gspo_metrics
+
+
+def test_rollout_is_weights_multiply_the_token_terms(workdir):
+    """verl's rollout-correction IS weights (a batch field ppo_loss hands to the policy loss) enter
+    DFPO's token terms and its no-stop-grad coefficients exactly as in the reference."""
+    batch = h.make_batch(workdir / "model", BATCH_SPEC)
+    generator = torch.Generator().manual_seed(7)
+    weights = [0.5 + torch.rand(len(r), generator=generator) for r in batch["responses"].unbind()]
+    batch["rollout_is_weights"] = torch.nested.as_nested_tensor(weights, layout=torch.jagged)
+    cases = {
+        "min_replace IS micro=2": dfpo() + micro(2),
+        "orth_proj no-stop-grad shared_prefix IS dynamic": dfpo("orth_proj", "shared_prefix", False) + DYNAMIC,
+    }
+    _check(workdir, batch, cases, 1)
