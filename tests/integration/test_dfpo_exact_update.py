@@ -210,12 +210,22 @@ def test_verl_gspo_update_is_unchanged_by_dfpo_worker(workdir):
     batch = h.make_batch(workdir / "model", BATCH_SPEC)
     gspo = TWO_MINI_BATCHES_TWO_EPOCHS + micro(2) + ["actor_rollout_ref.actor.policy_loss.loss_mode=gspo"]
     vanilla = TWO_MINI_BATCHES_TWO_EPOCHS + micro(2) + ["actor_rollout_ref.actor.policy_loss.loss_mode=vanilla"]
-    (results,) = h.run_ranks(
-        rounds, 1, str(workdir), [("verl", gspo), ("dfpo", gspo), ("verl", vanilla), ("dfpo", vanilla)], batch
+    # entropy bonus and KL loss on top: ppo_loss adds them after the policy loss; the wrapper must keep them
+    regularised = gspo + [
+        "actor_rollout_ref.actor.entropy_coeff=0.01",
+        "actor_rollout_ref.actor.use_kl_loss=True",
+        "actor_rollout_ref.actor.kl_loss_coef=0.1",
+    ]
+    generator = torch.Generator().manual_seed(3)
+    batch["ref_log_prob"] = torch.nested.as_nested_tensor(
+        [r + 0.1 * torch.randn(len(r), generator=generator) for r in batch["old_log_probs"].unbind()], layout=torch.jagged
     )
-    for (verl_run, dfpo_run) in ((results[0], results[1]), (results[2], results[3])):
+    cases = [("verl", gspo), ("dfpo", gspo), ("verl", vanilla), ("dfpo", vanilla), ("verl", regularised), ("dfpo", regularised)]
+    (results,) = h.run_ranks(rounds, 1, str(workdir), cases, batch)
+    for (verl_run, dfpo_run) in ((results[0], results[1]), (results[2], results[3]), (results[4], results[5])):
         for name, value in verl_run[1].items():
             torch.testing.assert_close(dfpo_run[1][name], value, rtol=0, atol=0)
+    assert "actor/entropy_loss" in results[5][2] and "kl_loss" in results[5][2]
     gspo_metrics, vanilla_metrics = results[1][2], results[3][2]
     assert all(0.0 <= v <= 1.0 for v in gspo_metrics["dfpo/cancellation_residual_before"])
     assert max(gspo_metrics["dfpo/cancellation_residual_before"]) > 1e-3  # GSPO pays the learning tax
