@@ -118,19 +118,21 @@ def table1_markdown(results: ReportResults) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _latex_table_head(caption: str, label: str | None, header: list[str]) -> list[str]:
+    """Opening lines of a booktabs table whose first row is ``header`` (one left column, the rest centred)."""
+    lines = [r"\begin{table}[t]", r"\centering", r"\small", rf"\caption{{{latex_escape(caption)}}}"]
+    if label is not None:
+        lines.append(rf"\label{{{label}}}")
+    lines += [r"\begin{tabular}{l" + "c" * (len(header) - 1) + "}", r"\toprule", " & ".join(header) + r" \\"]
+    return lines
+
+
 def table1_latex(results: ReportResults) -> str:
     """Table 1 as a LaTeX table (needs \\usepackage{booktabs})."""
     n = len(results.benchmarks)
-    lines = [
-        r"\begin{table}[t]",
-        r"\centering",
-        r"\small",
-        rf"\caption{{{latex_escape(_caption(results))}}}",
-        r"\label{tab:main}",
-        r"\begin{tabular}{l" + "c" * n + "}",
-        r"\toprule",
-        "Model variant & " + " & ".join(latex_escape(f"{t} (%)") for _, t in results.benchmarks) + r" \\",
-    ]
+    lines = _latex_table_head(
+        _caption(results), "tab:main", ["Model variant"] + [latex_escape(f"{t} (%)") for _, t in results.benchmarks]
+    )
     previous = None
     for model, method, cells in _rows(results):
         if model != previous:
@@ -185,16 +187,9 @@ def paired_latex(results: ReportResults) -> str:
         f"Paired bootstrap tests against {results.config.baseline}: difference in percentage points, "
         f"{100 * s.level:.0f}% CI, two-sided p-value."
     )
-    lines = [
-        r"\begin{table}[t]",
-        r"\centering",
-        r"\small",
-        rf"\caption{{{latex_escape(caption)}}}",
-        r"\label{tab:paired}",
-        r"\begin{tabular}{l" + "c" * n + "}",
-        r"\toprule",
-        "Method & " + " & ".join(latex_escape(f"{t} Δ (pp)") for _, t in results.benchmarks) + r" \\",
-    ]
+    lines = _latex_table_head(
+        caption, "tab:paired", ["Method"] + [latex_escape(f"{t} Δ (pp)") for _, t in results.benchmarks]
+    )
     previous = None
     for model in results.config.models:
         for method in results.config.methods:
@@ -262,16 +257,7 @@ def group_size_latex(results: ReportResults) -> str:
     out = []
     for model, method, sizes, rows in _group_blocks(results):
         caption = f"Group-size ablation: {method} minus {results.config.baseline} on {model} (percentage points)."
-        out += [
-            r"\begin{table}[t]",
-            r"\centering",
-            r"\small",
-            rf"\caption{{{latex_escape(caption)}}}",
-            r"\begin{tabular}{l" + "c" * len(sizes) + "}",
-            r"\toprule",
-            "G & " + " & ".join(str(g) for g in sizes) + r" \\",
-            r"\midrule",
-        ]
+        out += _latex_table_head(caption, None, ["G"] + [str(g) for g in sizes]) + [r"\midrule"]
         for title, found in rows:
             texts = [DASH if f is None else f"{_pct(f.test.delta.estimate, True)}" for f in found]
             out.append(latex_escape(f"{title} {_ks(results)}") + " & " + " & ".join(texts) + r" \\")
