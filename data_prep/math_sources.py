@@ -60,9 +60,13 @@ def answer_text(value: Any) -> str:
 
 
 def _field(data: dict[str, Any], names: tuple[str, ...], what: str) -> Any:
+    """The first of ``names`` that holds a value; a present but null field is named as such."""
     for name in names:
         if name in data and data[name] is not None:
             return data[name]
+    nulls = [name for name in names if name in data]
+    if nulls:
+        raise RowError(f"missing {what}", f"{what} field {nulls[0]!r} is null; give the row a {what}")
     raise RowError(f"missing {what}", f"no {what} field: expected one of {', '.join(names)}; row has {', '.join(sorted(data))}")
 
 

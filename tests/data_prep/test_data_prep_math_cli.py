@@ -150,6 +150,15 @@ def test_malformed_row_stops_the_run_naming_file_and_line(tmp_path, capsys):
     assert not output.exists() and not Path(str(output) + ".tmp").exists()
 
 
+def test_null_answer_is_named_as_null_not_as_a_missing_field(tmp_path, capsys):
+    path = tmp_path / "aime.jsonl"
+    path.write_text(json.dumps({"id": "0", "problem": "What is 2+3?", "answer": None}) + "\n")
+    assert run(["--input", f"aime25={path}", "--output", str(tmp_path / "out.parquet")]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:line 1: answer field 'answer' is null" in err
+    assert "no answer field" not in err
+
+
 def test_skipped_bad_rows_are_counted(tmp_path, capsys):
     path = _bad_jsonl(tmp_path)
     output = tmp_path / "out.parquet"

@@ -22,6 +22,10 @@ SAME = [
     ("  What is 2+2?  ", "What is 2+2"),
     ('Say "hi", then stop.', "say hi then stop"),
     ("$\\displaystyle\\sum_{i=1}^{n} i$", "\\sum_{i=1}^n i"),
+    ("Let $A = (0, 0)$ and $B = (1, 2)$.", "Let $A=(0,0)$ and $B=(1,2)$"),  # re-typeset evaluation problem
+    ("Find $x=5.$ Then stop", "Find $x=5$. Then stop"),  # sentence period typed inside the math
+    ("Solve \\(x+1=2\\).", "Solve $x+1=2$"),
+    ("Let $f'(x) = 2x$.", "let $f'(x)=2x$"),
 ]
 
 DIFFERENT = [
@@ -30,6 +34,11 @@ DIFFERENT = [
     ("Compute $2^{10}$", "Compute $2^{1}0$"),
     ("Let $x_{12}$ be", "Let $x_1 2$ be"),  # x_{12} is not x_1 followed by 2
     ("\\frac{1}{2}", "\\frac{2}{1}"),
+    ("Compute $25!$.", "Compute $25$."),  # a factorial is not sentence punctuation
+    ("Find $\\gcd(1, 23)$.", "Find $\\gcd(12, 3)$."),  # a comma inside math separates numbers
+    ("The numbers 1, 23 and 4.", "The numbers 12, 3 and 4."),  # ... and in prose before a digit
+    ("Let $f'(x) = 2x$.", "Let $f(x) = 2x$."),  # a prime in math is not a quote
+    ("Find $(a, b)$.", "Find $(ab)$."),
 ]
 
 
@@ -44,21 +53,42 @@ def test_different_problems_keep_different_keys(a, b):
     assert normalised_key(a) != normalised_key(b)
 
 
-words = st.lists(st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789+-=()", min_size=1, max_size=8), min_size=1, max_size=8)
+# Texts without backslashes (a LaTeX command name is not text to re-space) and without "$$"
+# (``$ $`` is an empty formula, not a re-spaced ``$$``).
+TEXT_ALPHABET = "abcxyzABC0123456789+-*/=<>^!.,;:?()[]{}_$'\" "
+OPERATORS = "+-*/=<>^!"
+texts = st.text(alphabet=TEXT_ALPHABET, min_size=1, max_size=40).filter(lambda t: "$$" not in t)
 
 
-@settings(max_examples=100, deadline=None)
-@given(words, st.lists(st.sampled_from([" ", "  ", "\n", "\t"]), min_size=1, max_size=8))
-def test_whitespace_and_case_never_matter(tokens, separators):
-    spaced = "".join(token + separators[i % len(separators)] for i, token in enumerate(tokens))
-    assert normalised_text(spaced.upper()) == normalised_text("".join(tokens))
+@settings(max_examples=200, deadline=None)
+@given(texts, st.data())
+def test_inserted_whitespace_and_case_changes_keep_the_key(text, data):
+    positions = data.draw(st.lists(st.integers(0, len(text)), max_size=6))
+    spaced = text
+    for position in sorted(positions, reverse=True):
+        spaced = spaced[:position] + data.draw(st.sampled_from([" ", "  ", "\n", "\t", "~"])) + spaced[position:]
+    variant = spaced.swapcase() if data.draw(st.booleans()) else spaced.lower()
+    assert normalised_key(variant) == normalised_key(text)
 
 
-@settings(max_examples=100, deadline=None)
-@given(st.text(max_size=60))
-def test_normalisation_is_idempotent(text):
-    once = normalised_text(text)
-    assert normalised_text(once) == once
+def _mutations(text: str, data) -> str:
+    """``text`` with one digit, operator or ``!`` replaced, inserted or deleted."""
+    sensitive = [i for i, ch in enumerate(text) if ch.isdigit() or ch in OPERATORS]
+    kind = data.draw(st.sampled_from(["insert", "replace", "delete"] if sensitive else ["insert"]))
+    if kind == "insert":
+        position = data.draw(st.integers(0, len(text)))
+        return text[:position] + data.draw(st.sampled_from("0123456789" + OPERATORS)) + text[position:]
+    position = data.draw(st.sampled_from(sensitive))
+    if kind == "delete":
+        return text[:position] + text[position + 1 :]
+    pool = "0123456789" if text[position].isdigit() else OPERATORS
+    return text[:position] + data.draw(st.sampled_from(pool.replace(text[position], ""))) + text[position + 1 :]
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts, st.data())
+def test_changing_a_digit_operator_or_factorial_changes_the_key(text, data):
+    assert normalised_key(_mutations(text, data)) != normalised_key(text)
 
 
 def test_exact_key_only_trims():
