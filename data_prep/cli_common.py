@@ -23,7 +23,7 @@ def add_common_arguments(parser: argparse.ArgumentParser, sources: tuple[str, ..
         "or hf:OWNER/NAME[:CONFIG][@SPLIT] (a Hugging Face dataset, downloaded by the datasets library)",
     )
     parser.add_argument("--output", required=True, help=f"parquet file to write; {DATA_DIR_HELP}")
-    parser.add_argument("--no-dedup", action="store_true", help="keep repeated problems (dedup by normalised statement is on by default)")
+    parser.add_argument("--no-dedup", action="store_true", help="keep repeated problems (dedup is on by default: training sets by normalised statement, evaluation sets by problem id)")
     parser.add_argument(
         "--decontaminate-against", type=Path, nargs="+", default=[], metavar="EVAL.parquet",
         help="prepared evaluation files; rows whose problem matches one of theirs (exact or normalised text) are reported",

@@ -1,7 +1,8 @@
 """The run loop shared by the math and code CLIs.
 
 For every input row: convert it (a source adapter builds the verl row or says why the row is
-dropped), drop repeats (dedup), check it against evaluation problems (contamination),
+dropped), drop repeats (dedup: training rows by statement, evaluation rows by id, see
+``dedup.py``), check it against evaluation problems (contamination),
 validate it and write it. Every row read ends up written or counted under a drop reason;
 a malformed row stops the run with its file and row unless ``skip_bad_rows`` is set.
 """
@@ -140,17 +141,8 @@ def _process(
     if isinstance(outcome, Dropped):
         summary.drop(outcome.reason, record.location)
         return
-    if dedup is not None:
-        found = dedup.check(outcome.problem, outcome.answer, record.location)
-        if found.is_duplicate:
-            summary.drop("duplicate problem", record.location)
-            if found.answer_differs:
-                summary.note("duplicates whose answer differs from the kept copy (kept the first)")
-                details.add(
-                    "answer conflicts",
-                    f"{record.location}: same problem as {found.first_location} with a different answer",
-                )
-            return
+    if dedup is not None and _is_repeat(outcome, record.location, dedup, summary, details):
+        return
     if options.evaluation_index is not None:
         match = options.evaluation_index.match(outcome.problem)
         if match is not None:
@@ -167,6 +159,33 @@ def _process(
     row = outcome.row
     row["extra_info"] = {**row["extra_info"], "index": writer.rows_accepted}
     writer.add(row, record.location)
+
+
+def _is_repeat(
+    outcome: PreparedRow, location: str, dedup: Deduplicator, summary: RunSummary, details: RowDetails
+) -> bool:
+    """Whether the row repeats a kept one (counted as dropped); evaluation rows are keyed by id."""
+    extra_info = outcome.row["extra_info"]
+    if extra_info.get("split") == "test":
+        problem_id = f"{outcome.row['data_source']}/{extra_info['source_id']}"
+        found = dedup.check_evaluation(problem_id, outcome.problem, outcome.answer, location)
+        if found.same_statement_as:
+            summary.note("evaluation problems whose statement repeats another id's (kept; evaluation sets are keyed by id)")
+            details.add(
+                "repeated evaluation statements",
+                f"{location}: same statement as {found.same_statement_as} under another id (kept)",
+            )
+        reason = "duplicate problem id"
+    else:
+        found = dedup.check(outcome.problem, outcome.answer, location)
+        reason = "duplicate problem"
+    if not found.is_duplicate:
+        return False
+    summary.drop(reason, location)
+    if found.answer_differs:
+        summary.note("duplicates whose answer differs from the kept copy (kept the first)")
+        details.add("answer conflicts", f"{location}: same problem as {found.first_location} with a different answer")
+    return True
 
 
 def report(result: PipelineResult, summary_json: str | None) -> None:

@@ -23,7 +23,7 @@ import unicodedata
 _FRACTION_VARIANTS = re.compile(r"\\[dt]frac(?![a-zA-Z])")
 _DROPPED_COMMANDS = re.compile(r"\\(?:left|right|displaystyle|textstyle|quad|qquad)(?![a-zA-Z])|\\[,;:! ]")
 _MATH_DELIMITER = re.compile(r"(?<!\\)\$\$?|\\[()\[\]]")
-_SENTENCE_PUNCTUATION = re.compile(r"[.,;:?]+")
+_SENTENCE_PUNCTUATION = re.compile(r"[.,;:?](?:[\s~]*[.,;:?])*")
 _QUOTES = "'\"`"
 _SKIPPED_AFTER_PUNCTUATION = re.compile(r"(?:\s|~|(?<!\\)\$|\\[()\[\]])*")
 _WHITESPACE = re.compile(r"[\s~]+")
@@ -65,7 +65,7 @@ def _strip_punctuation_and_delimiters(text: str) -> str:
         stop = len(text) if delimiter is None else delimiter.start()
         if in_math:
             segment = text[position:stop]
-            trailing = re.search(r"[.,;:]+\s*\Z", segment)
+            trailing = re.search(r"[.,;:](?:\s*[.,;:])*\s*\Z", segment)
             if trailing is not None and delimiter is not None and _ends_a_sentence(text, delimiter.end()):
                 segment = segment[: trailing.start()]
             out.append(segment)

@@ -190,6 +190,31 @@ def test_conflicting_duplicate_answers_are_reported(tmp_path, capsys):
     assert read_summary(summary)["notes"] == {"duplicates whose answer differs from the kept copy (kept the first)": 1}
 
 
+def test_evaluation_sets_are_keyed_by_id_and_repeated_statements_reported(tmp_path, capsys):
+    path = tmp_path / "aime.jsonl"
+    rows = [
+        {"id": "1", "problem": "Find $x$.", "answer": "1"},
+        {"id": "2", "problem": "find x", "answer": "2"},  # same statement, another problem of the benchmark
+        {"id": "1", "problem": "Find $x$.", "answer": "1"},  # the same problem listed twice
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    output, summary = tmp_path / "o.parquet", tmp_path / "s.json"
+    assert run(["--input", f"aime25={path}", "--output", str(output), "--summary-json", str(summary)]) == 0
+    assert [r["extra_info"]["source_id"] for r in read_rows(output)] == ["1", "2"]
+    report = read_summary(summary)
+    assert report["dropped"] == {"duplicate problem id": 1}
+    assert report["notes"] == {"evaluation problems whose statement repeats another id's (kept; evaluation sets are keyed by id)": 1}
+    assert f"{path}:line 2: same statement as {path}:line 1 under another id (kept)" in capsys.readouterr().out
+
+
+def test_evaluation_id_reused_for_another_statement_is_an_error(tmp_path, capsys):
+    path = tmp_path / "aime.jsonl"
+    path.write_text(json.dumps({"id": "1", "problem": "Find x.", "answer": "1"}) + "\n"
+                    + json.dumps({"id": "1", "problem": "Find y.", "answer": "2"}) + "\n")
+    assert run(["--input", f"aime25={path}", "--output", str(tmp_path / "o.parquet")]) == 2
+    assert f"{path}:line 2: evaluation problem id 'aime25/1' was already used by {path}:line 1" in capsys.readouterr().err
+
+
 def test_module_entry_point_runs(fixtures, tmp_path):
     output = tmp_path / "aime25.parquet"
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
