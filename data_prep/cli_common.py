@@ -7,9 +7,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from data_prep.contamination import EvaluationIndex, load_evaluation_index
+from data_prep.contamination import add_ngram_argument, load_evaluation_index
 from data_prep.errors import DataPrepError
-from data_prep.pipeline import PipelineResult, report
+from data_prep.pipeline import PipelineOptions, PipelineResult, report
 from data_prep.readers import InputSpec, parse_input_spec
 
 DATA_DIR_HELP = "DATA_DIR is where the recipes read data from (default ~/data/dfpo)"
@@ -28,7 +28,16 @@ def add_common_arguments(parser: argparse.ArgumentParser, sources: tuple[str, ..
         "--decontaminate-against", type=Path, nargs="+", default=[], metavar="EVAL.parquet",
         help="prepared evaluation files; rows whose problem matches one of theirs (exact or normalised text) are reported",
     )
-    parser.add_argument("--drop-contaminated", action="store_true", help="drop the rows found by --decontaminate-against")
+    parser.add_argument(
+        "--drop-contaminated", action="store_true",
+        help="drop the rows found by --decontaminate-against with an exact or normalised-text match",
+    )
+    parser.add_argument(
+        "--drop-near-duplicates", action="store_true",
+        help="also drop near duplicates: rows sharing a run of --ngram-size words with an evaluation problem "
+        "(always reported when --decontaminate-against is given)",
+    )
+    add_ngram_argument(parser)
     parser.add_argument("--skip-bad-rows", action="store_true", help="count and skip malformed rows instead of stopping at the first")
     parser.add_argument(
         "--progress", action=argparse.BooleanOptionalAction, default=None,
@@ -53,16 +62,26 @@ def input_split(specs: list[InputSpec], split_of_source: dict[str, str]) -> str:
     return splits.pop()
 
 
-def load_index(paths: list[Path]) -> EvaluationIndex | None:
-    """The evaluation problems to check against, or None when no file is given."""
-    return load_evaluation_index(paths) if paths else None
+def pipeline_options(args: argparse.Namespace) -> PipelineOptions:
+    """The run-wide options given by :func:`add_common_arguments` (evaluation files read here)."""
+    paths: list[Path] = args.decontaminate_against
+    return PipelineOptions(
+        output=Path(args.output).expanduser(),
+        dedup=not args.no_dedup,
+        evaluation_index=load_evaluation_index(paths, args.ngram_size) if paths else None,
+        drop_contaminated=args.drop_contaminated,
+        drop_near_duplicates=args.drop_near_duplicates,
+        skip_bad_rows=args.skip_bad_rows,
+        progress=args.progress,
+    )
 
 
 def run_cli(run: Callable[[], PipelineResult], args: argparse.Namespace) -> int:
     """Run, print the summary; on a data error print it and return exit status 2."""
     try:
-        if args.drop_contaminated and not args.decontaminate_against:
-            raise DataPrepError("--drop-contaminated needs --decontaminate-against EVAL.parquet ...")
+        for flag in ("drop_contaminated", "drop_near_duplicates"):
+            if getattr(args, flag) and not args.decontaminate_against:
+                raise DataPrepError(f"--{flag.replace('_', '-')} needs --decontaminate-against EVAL.parquet ...")
         result = run()
     except DataPrepError as exc:
         print(f"error: {exc}", file=sys.stderr)

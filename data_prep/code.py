@@ -26,16 +26,15 @@ from __future__ import annotations
 import argparse
 import sys
 from datetime import datetime
-from pathlib import Path
 
-from data_prep.cli_common import add_common_arguments, input_split, load_index, parse_inputs, run_cli
+from data_prep.cli_common import add_common_arguments, input_split, parse_inputs, pipeline_options, run_cli
 from data_prep.code_ground_truth import encode_ground_truth
 from data_prep.code_prompts import code_messages
 from data_prep.code_sources import CODE_SOURCE_TABLE, CodeProblem, Notes
 from data_prep.code_test_caps import CodeTestCaps, apply_test_caps
 from data_prep.errors import DataPrepError, RowError
 from data_prep.livecodebench_releases import LIVECODEBENCH_HF_DATASET, RELEASE_FILES
-from data_prep.pipeline import Dropped, PipelineOptions, PreparedRow, run_pipeline
+from data_prep.pipeline import Dropped, PreparedRow, run_pipeline
 from data_prep.readers import InputSpec, RawRecord, open_records
 
 DEFAULT_RELEASE = "release_v6"
@@ -194,14 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         specs = parse_inputs(args.input, tuple(CODE_SOURCE_TABLE))
         split = input_split(specs, {name: source.split for name, source in CODE_SOURCE_TABLE.items()})
         filters = CodeFilters(args.start_date, args.end_date, args.platform, args.difficulty)
-        options = PipelineOptions(
-            output=Path(args.output).expanduser(),
-            dedup=not args.no_dedup,
-            evaluation_index=load_index(args.decontaminate_against),
-            drop_contaminated=args.drop_contaminated,
-            skip_bad_rows=args.skip_bad_rows,
-            progress=args.progress,
-        )
+        options = pipeline_options(args)
         converter = make_code_converter(split, filters, caps_for(split, args), args.system_message, args.release)
         def open_input(spec: InputSpec):  # only LiveCodeBench inputs are read as release shards
             return open_records(spec, args.release if spec.source == "livecodebench" else None)

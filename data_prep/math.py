@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from data_prep.cli_common import add_common_arguments, input_split, load_index, parse_inputs, run_cli
+from data_prep.cli_common import add_common_arguments, input_split, parse_inputs, pipeline_options, run_cli
 from data_prep.math_prompts import DEFAULT_TEMPLATE, TEMPLATES, render_math_prompt
 from data_prep.math_sources import MATH_SOURCE_TABLE
-from data_prep.pipeline import PipelineOptions, PreparedRow, run_pipeline
+from data_prep.pipeline import PreparedRow, run_pipeline
 from data_prep.readers import InputSpec, RawRecord, open_records
 
 
@@ -72,14 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     def run():
         specs = parse_inputs(args.input, tuple(MATH_SOURCE_TABLE))
         split = input_split(specs, {name: source.split for name, source in MATH_SOURCE_TABLE.items()})
-        options = PipelineOptions(
-            output=Path(args.output).expanduser(),
-            dedup=not args.no_dedup,
-            evaluation_index=load_index(args.decontaminate_against),
-            drop_contaminated=args.drop_contaminated,
-            skip_bad_rows=args.skip_bad_rows,
-            progress=args.progress,
-        )
+        options = pipeline_options(args)
         return run_pipeline(specs, open_records, make_math_converter(split, args.template), options)
 
     return run_cli(run, args)

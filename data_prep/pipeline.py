@@ -55,6 +55,7 @@ class PipelineOptions:
     dedup: bool = True
     evaluation_index: EvaluationIndex | None = None
     drop_contaminated: bool = False
+    drop_near_duplicates: bool = False
     skip_bad_rows: bool = False
     progress: bool | None = None
 
@@ -146,14 +147,13 @@ def _process(
     if options.evaluation_index is not None:
         match = options.evaluation_index.match(outcome.problem)
         if match is not None:
-            details.add(
-                "contamination matches",
-                f"{record.location}: {match.kind} match with evaluation problem {match.evaluation_problem}",
-            )
-            if options.drop_contaminated:
+            near = match.is_near_duplicate
+            details.add("near duplicates" if near else "contamination matches", f"{record.location}: {match.describe()}")
+            if options.drop_near_duplicates if near else options.drop_contaminated:
                 summary.drop(f"contaminated ({match.kind} match with an evaluation problem)", record.location)
                 return
-            summary.note(f"kept rows matching an evaluation problem ({match.kind}); --drop-contaminated drops them")
+            flag = "--drop-near-duplicates" if near else "--drop-contaminated"
+            summary.note(f"kept rows matching an evaluation problem ({match.kind}); {flag} drops them")
     for what, count in outcome.notes.items():
         summary.note(what, count)
     row = outcome.row

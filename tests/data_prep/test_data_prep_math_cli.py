@@ -113,6 +113,53 @@ def test_contamination_is_reported_then_dropped(fixtures, tmp_path, capsys):
     assert "0 exact and 1 normalised-text matches" in capsys.readouterr().out
 
 
+def test_paraphrased_evaluation_problems_are_reported_as_near_duplicates_and_optionally_dropped(fixtures, tmp_path, capsys):
+    aime25 = tmp_path / "aime25.parquet"
+    assert run(["--input", f"aime25={fixtures / 'aime25_test.jsonl'}", "--output", str(aime25)]) == 0
+    path = tmp_path / "train.jsonl"
+    rows = [
+        {"problem": "Determine the sum of all integer bases b > 9 for which 17_b is a divisor of 97_b, then add 1.",
+         "answer": "71"},  # AIME25 problem 0 reworded: shares a run of 18 words
+        {"problem": "Find the sum of all integer bases $b>7$ for which $12_b$ divides $34_b$.", "answer": "3"},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    train, summary = tmp_path / "train.parquet", tmp_path / "s.json"
+    base = ["--input", f"deepscaler={path}", "--output", str(train), "--decontaminate-against", str(aime25),
+            "--summary-json", str(summary)]
+    assert run(base) == 0
+    out = capsys.readouterr().out
+    assert (f'{path}:line 1: ngram match with evaluation problem aime25.parquet aime25 0 (shares "the sum of all '
+            'integer bases b 9 for which 17 b is")') in out
+    assert len(read_rows(train)) == 2
+    assert read_summary(summary)["notes"] == {
+        "kept rows matching an evaluation problem (ngram); --drop-near-duplicates drops them": 1}
+
+    assert run(base + ["--drop-contaminated"]) == 0  # tier 1 only
+    assert len(read_rows(train)) == 2
+    assert run(base + ["--drop-near-duplicates"]) == 0
+    assert [r["reward_model"]["ground_truth"] for r in read_rows(train)] == ["3"]
+    assert read_summary(summary)["dropped"] == {"contaminated (ngram match with an evaluation problem)": 1}
+
+    from data_prep import contamination
+
+    assert run(["--input", f"deepscaler={path}", "--output", str(train)]) == 0
+    capsys.readouterr()
+    assert contamination.main([str(train), "--against", str(aime25)]) == 1
+    assert "1 near duplicates (a shared run of 13 words)" in capsys.readouterr().out
+    assert contamination.main([str(train), "--against", str(aime25), "--ngram-size", "19"]) == 0  # the shared run is 18 words
+
+
+def test_near_duplicate_words_ignore_typesetting():
+    from data_prep.near_duplicates import NgramIndex, words
+
+    assert words("Let $x_{1} = \\dfrac{3}{4}$, ÉTÉ.") == ["let", "x", "1", "\\dfrac", "3", "4", "été"]
+    index = NgramIndex(3)
+    index.add("one two three four", "eval 0")
+    assert index.match("zero ONE two, three") is not None
+    assert index.match("one two four three") is None
+    assert NgramIndex(5).match("one two") is None
+
+
 def test_training_and_evaluation_sources_do_not_mix(fixtures, tmp_path, capsys):
     code = run(["--input", f"math_dapo={fixtures / 'dapo_math_17k.parquet'}",
                 "--input", f"aime25={fixtures / 'aime25_test.jsonl'}", "--output", str(tmp_path / "x.parquet")])
@@ -121,10 +168,11 @@ def test_training_and_evaluation_sources_do_not_mix(fixtures, tmp_path, capsys):
     assert not (tmp_path / "x.parquet").exists()
 
 
-def test_drop_contaminated_needs_evaluation_files(fixtures, tmp_path, capsys):
+@pytest.mark.parametrize("flag", ["--drop-contaminated", "--drop-near-duplicates"])
+def test_drop_flags_need_evaluation_files(fixtures, tmp_path, capsys, flag):
     assert run(["--input", f"aime25={fixtures / 'aime25_test.jsonl'}", "--output", str(tmp_path / "x.parquet"),
-                "--drop-contaminated"]) == 2
-    assert "--decontaminate-against" in capsys.readouterr().err
+                flag]) == 2
+    assert f"{flag} needs --decontaminate-against" in capsys.readouterr().err
 
 
 def _bad_jsonl(tmp_path: Path) -> Path:
