@@ -1,21 +1,40 @@
-"""Test runner executed INSIDE the sandbox; stand-alone, built-in modules only.
+"""Test runner executed INSIDE the sandbox, with LiveCodeBench's harness semantics; standard library only.
 
-:mod:`reward.code_tests` passes this file's source with ``python -I -c`` and a manifest
-path.  It compiles the candidate program once, then for each test forks a child that runs
-the program with the test input and exits; the child's output goes to a file, never to
-this process's stdout.  It never sees expected outputs: the parent compares, so a program
-cannot fake a pass by tampering with comparison code.
+LiveCodeBench (``lcb_runner/evaluation/testing_util.py``, also shipped by the
+``nvidia-livecodebench`` package) defines what a passing program is.  This runner
+reproduces its rules, written from a reading of that code:
 
-Start-up cost matters (it is paid once per problem), so nothing beyond built-in modules
-is imported here: no ``json`` (``json`` is imported only in children of functional tests).
+* a fixed import preamble (:data:`PREAMBLE`: star imports of ``string``, ``re``, ...,
+  ``builtins``, ``typing``, then plain imports, then ``sys.setrecursionlimit(50000)``) is
+  prepended to every program, so ``List[int]`` or ``Counter`` work without an import;
+* stdin programs: a final ``if __name__ == '__main__':`` block is replaced by its body,
+  top-level imports are hoisted and every other top-level statement becomes the body of
+  ``wrapped_function()`` (so ``__name__`` guards elsewhere do not run, and top-level
+  names are locals of that function); each test calls it with ``sys.stdin`` an
+  ``io.StringIO`` of the input and ``sys.stdout`` captured; ``SystemExit`` ends the test
+  normally; the stream ``sys.stdin`` was at load time answers ``read``/``readline``/
+  ``readlines`` from the test input (LiveCodeBench patches those three methods);
+* functional programs: if the source contains ``class Solution`` the method is taken
+  from ONE ``Solution()`` instance shared by all tests, else the module-level function;
+  arguments are one JSON value per input line; a returned tuple counts as a list;
+* the module is loaded once per problem under the per-test time limit, then the tests
+  run one after the other in that process (state carries over, as in LiveCodeBench);
+* LiveCodeBench's ``reliability_guard`` names are disabled (``os.fork``, ``os.kill``,
+  ``subprocess.Popen``, ``quit``, ...; this is not isolation, the sandbox is) and
+  integers print up to 50000 digits.
 
-Manifest, one item per line::
+The runner never sees expected outputs: the parent process compares, outside the sandbox,
+so a program cannot fake a pass.  Everything a program can reach (the report pipe, the
+output files) is treated as untrusted by :mod:`reward.code_tests`.
+
+Invocation: ``python -I -B -c <this source> manifest``.  Manifest, one item per line::
 
     <program path>
-    <fn_name or "-">
-    <per-test timeout in seconds>
-    <output byte limit>
-    <input path> <testtype>        (one line per test; testtype: stdin | functional)
+    <fn_name, or "-" for stdin problems>
+    <per-test time limit in seconds>
+    <output byte limit per test>
+    <1: stop at the first failing test, 0: run every test>
+    <input path>            (one line per test)
 
 Reports, one line each on stdout (``b64`` = base64 of UTF-8 bytes)::
 
@@ -23,23 +42,110 @@ Reports, one line each on stdout (``b64`` = base64 of UTF-8 bytes)::
     COMPILE_ERROR <b64 message>
     RESULT <i> <status> <seconds> <b64 output> <b64 detail>
 
-with status ``ok``, ``timeout``, ``runtime_error`` or ``output_limit``.
+with status ``ok``, ``timeout``, ``runtime_error`` or ``output_limit``.  A functional
+test's output is ``=`` followed by the JSON of the returned value, or ``!`` when the value
+is not plain data (a set, a nested tuple, an object...), which can never equal a JSON
+expected value.
 """
 
 import binascii
 import os
+import select
 import signal
 import sys
 import time
 
+STAR_IMPORTS = (
+    "string", "re", "datetime", "collections", "heapq", "bisect", "copy", "math", "random", "statistics",
+    "itertools", "functools", "operator", "io", "sys", "json", "builtins", "typing",
+)  # fmt: skip
+PLAIN_IMPORTS = STAR_IMPORTS[:-2]  # every star-imported module but builtins and typing
+RECURSION_LIMIT = 50000
+PREAMBLE = (
+    "".join(f"from {name} import *\n" for name in STAR_IMPORTS)
+    + "".join(f"import {name}\n" for name in PLAIN_IMPORTS)
+    + f"sys.setrecursionlimit({RECURSION_LIMIT})\n"
+)
+"""What LiveCodeBench prepends to every program (its ``import_string``)."""
+INT_DIGITS = 50000
+"""LiveCodeBench's evaluator raises ``sys.set_int_max_str_digits`` to this."""
+GUARDED_OS_NAMES = (
+    "kill", "system", "putenv", "remove", "removedirs", "rmdir", "fchdir", "setuid", "fork", "forkpty", "killpg",
+    "rename", "renames", "truncate", "replace", "unlink", "fchmod", "fchown", "chmod", "chown", "chroot", "lchflags",
+    "lchmod", "lchown", "getcwd", "chdir",
+)  # fmt: skip
+GUARDED_SHUTIL_NAMES = ("rmtree", "move", "chown")
+GUARDED_MODULES = ("ipdb", "joblib", "resource", "psutil", "tkinter")
+PRELOADED = ("ast", "types", "shutil", "subprocess") + STAR_IMPORTS
+"""Imported by the runner before it forks, so a program's preamble costs nothing."""
+MAIN_GUARD = "__name__ == '__main__'"
 
-class _Timeout(Exception):
-    pass
+
+def stdin_source(program):
+    """LiveCodeBench's source for a stdin program: main guard unwrapped, body in ``wrapped_function``.
+
+    Like LiveCodeBench, a program that does not parse is returned unchanged (it then
+    fails to compile).
+    """
+    import ast
+
+    try:
+        tree = ast.parse(program)
+        last = tree.body[-1]
+        if isinstance(last, ast.If) and ast.unparse(last.test).strip() == MAIN_GUARD:
+            program = ast.unparse(tree.body[:-1]) + "\n" + ast.unparse(last.body)
+    except Exception:  # noqa: BLE001 - LiveCodeBench keeps the program as it was
+        pass
+    try:
+        tree = ast.parse(program)
+        imports = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+        others = [node for node in tree.body if not isinstance(node, (ast.Import, ast.ImportFrom))]
+        no_arguments = ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[])
+        wrapper = ast.FunctionDef(
+            name="wrapped_function", args=no_arguments, body=others, decorator_list=[], lineno=-1
+        )
+        return PREAMBLE + "\n" + ast.unparse(imports) + "\n" + ast.unparse(wrapper)
+    except Exception:  # noqa: BLE001
+        return program
+
+
+def functional_source(program):
+    """LiveCodeBench's source for a functional (LeetCode-style) program."""
+    return PREAMBLE + "\n\n" + program
+
+
+class _Incomparable(Exception):
+    """The returned value holds something that is not plain JSON-like data."""
+
+
+def _plain(value):
+    """The value as plain data (``==`` with a JSON value is decided on this), else _Incomparable.
+
+    Sub-classes of the plain types lose any ``__eq__`` of their own: outputs are compared
+    outside the sandbox, on data, never with the program's objects.
+    """
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    # sub-classes: read through the base type's own methods, never the program's overrides
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, list):
+        return [_plain(item) for item in list.__iter__(value)]
+    if isinstance(value, dict):
+        items = list(dict.items(value))
+        if not all(type(key) is str for key, _ in items):
+            raise _Incomparable()
+        return {key: _plain(item) for key, item in items}
+    raise _Incomparable()
 
 
 def _b64(data):
     if isinstance(data, str):
-        data = data.encode("utf-8", errors="replace")
+        data = data.encode("utf-8", errors="surrogatepass")
     return binascii.b2a_base64(data, newline=False).decode() or "-"
 
 
@@ -48,67 +154,176 @@ def _emit(*fields):
     sys.stdout.flush()
 
 
-def _run_child(code, input_path, testtype, fn_name, output_path):
-    """In the forked child: run one test and _exit; never returns."""
+def _guard():
+    """Disable what LiveCodeBench's ``reliability_guard`` disables (behaviour, not isolation)."""
+    import builtins
+    import shutil
+    import subprocess
+
+    builtins.quit = None
+    builtins.help = None
+    os.environ["OMP_NUM_THREADS"] = "1"
+    for name in GUARDED_OS_NAMES:
+        setattr(os, name, None)
+    for name in GUARDED_SHUTIL_NAMES:
+        setattr(shutil, name, None)
+    subprocess.Popen = None
+    for name in GUARDED_MODULES:
+        sys.modules[name] = None
+
+
+def _report(fd, text):
+    os.write(fd, (text + "\n").encode())
+
+
+def _write_output(index, data, output_bytes):
+    if len(data) > output_bytes:
+        return "output_limit"
+    fd = os.open(f"out_{index}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        while data:
+            data = data[os.write(fd, data) :]
+    finally:
+        os.close(fd)
+    return "ok"
+
+
+def _run_stdin_test(function, text, load_time_stdin):
+    """One stdin test as LiveCodeBench runs it; returns the captured output."""
+    import io
+
+    lines = iter(text.split("\n"))
+    patched = {
+        "readline": lambda *args: next(lines),
+        "readlines": lambda *args: text.split("\n"),
+        "read": lambda *args: text,
+    }
+    for name, method in patched.items():
+        setattr(load_time_stdin, name, method)
+    captured = io.StringIO()
+    captured.close = lambda x: 1  # as LiveCodeBench's capture: close() is a no-op taking one argument
+    saved_stdin, saved_stdout = sys.stdin, sys.stdout
+    sys.stdin, sys.stdout = io.StringIO(text), captured
+    try:
+        function()
+    except SystemExit:
+        pass
+    finally:
+        sys.stdin, sys.stdout = saved_stdin, saved_stdout
+        for name in patched:
+            try:
+                delattr(load_time_stdin, name)
+            except AttributeError:
+                pass
+    return captured.getvalue()
+
+
+def _run_functional_test(function, text):
+    """One functional test; returns ``=<json>`` or ``!`` (not plain data)."""
+    import json
+
+    arguments = [json.loads(line) for line in text.split("\n")]
+    result = function(*arguments)
+    if isinstance(result, tuple):
+        result = list(result)
+    try:
+        plain = _plain(result)
+    except (_Incomparable, RecursionError):
+        return "!"
+    sys.set_int_max_str_digits(0)
+    try:
+        return "=" + json.dumps(plain)
+    finally:
+        sys.set_int_max_str_digits(INT_DIGITS)
+
+
+def _child(code, source, fn_name, first, inputs, report_fd, output_bytes):
+    """In the forked child: load the module once, run tests ``first``.., report, _exit."""
+    import types
+
     status = 1
     try:
         os.setpgid(0, 0)
-        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
-        input_fd = os.open(input_path, os.O_RDONLY)
-        os.dup2(input_fd, 0)
-        output_fd = os.open(output_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        null_fd = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null_fd, 2)
-        os.dup2(null_fd if testtype == "functional" else output_fd, 1)  # functional: prints are ignored
+        null_in = os.open(os.devnull, os.O_RDONLY)
+        null_out = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null_in, 0)
+        os.dup2(null_out, 1)
+        os.dup2(null_out, 2)
         sys.stdin = open(0, "r", closefd=False)
         sys.stdout = open(1, "w", closefd=False)
         sys.stderr = open(2, "w", closefd=False)
-        if testtype == "functional":
-            import json
-
-            with open(input_path) as handle:
-                args = [json.loads(line) for line in handle.read().split("\n") if line.strip()]
-            namespace = {"__name__": "solution", "__builtins__": __builtins__}
-            exec(code, namespace)
-            solution_class = namespace.get("Solution")
-            if solution_class is not None and hasattr(solution_class, fn_name):
-                function = getattr(solution_class(), fn_name)
-            elif callable(namespace.get(fn_name)):
-                function = namespace[fn_name]
-            else:
-                raise NameError(f"neither Solution().{fn_name} nor a function {fn_name} is defined")
-            encoded = json.dumps(function(*args)).encode()
-            os.write(output_fd, encoded)
-        else:
-            exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
+        sys.set_int_max_str_digits(INT_DIGITS)
+        _guard()
+        load_time_stdin = sys.stdin
+        module = types.ModuleType("tmp_sol", "")
+        try:
+            exec(code, module.__dict__)
+            target = module.Solution() if "class Solution" in source else module
+            function = getattr(target, fn_name or "wrapped_function")
+        except BaseException as error:  # noqa: BLE001 - the program failed to load
+            _report(report_fd, "C " + _b64(f"{type(error).__name__}: {error}"[:500]))
+            os._exit(1)
+        _report(report_fd, "C ok")
+        for index in range(first, len(inputs)):
+            with open(inputs[index], encoding="utf-8", errors="surrogatepass") as handle:
+                text = handle.read()
+            try:
+                if fn_name:
+                    output = _run_functional_test(function, text)
+                else:
+                    output = _run_stdin_test(function, text, load_time_stdin)
+                outcome = _write_output(index, output.encode("utf-8", errors="surrogatepass"), output_bytes)
+            except BaseException:  # noqa: BLE001 - any failure of the program
+                outcome = "runtime_error"
+            _report(report_fd, f"D {index} {outcome}")
         status = 0
-    except SystemExit as exit_request:
-        status = 0 if exit_request.code in (None, 0) else 1
-    except BaseException:  # noqa: BLE001 - any failure of the candidate program
-        status = 1
-    try:
-        sys.stdout.flush()
     except BaseException:  # noqa: BLE001
         status = 1
     os._exit(status)
 
 
-def _on_alarm(signum, frame):
-    raise _Timeout()
+class _Reports:
+    """Reads the child's report lines with a deadline per line."""
+
+    def __init__(self, fd):
+        self.fd, self.buffer = fd, b""
+
+    def next_line(self, timeout_s):
+        """A report line, ``None`` on timeout, ``b""`` when the child closed the pipe."""
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self.buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([self.fd], [], [], remaining)[0]:
+                return None
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                return b""
+            self.buffer += chunk
+            if len(self.buffer) > 1 << 20:
+                return b""  # not a report stream any more
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line
 
 
-def _wait(pid, timeout_s):
-    """(wait status or None on timeout, seconds); the timer interrupts the blocking wait."""
-    started = time.monotonic()
-    signal.setitimer(signal.ITIMER_REAL, timeout_s)
+def _end_child(pid):
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
     try:
         _, wait_status = os.waitpid(pid, 0)
-    except _Timeout:
-        return None, time.monotonic() - started
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-    return wait_status, time.monotonic() - started
+    except ChildProcessError:
+        wait_status = None
+    _reap_orphans()
+    return wait_status
+
+
+def _death_status(wait_status):
+    if wait_status is not None and os.WIFSIGNALED(wait_status):
+        number = os.WTERMSIG(wait_status)
+        return {signal.SIGXFSZ: "output_limit", signal.SIGXCPU: "timeout"}.get(number, "runtime_error")
+    return "runtime_error"
 
 
 def _reap_orphans():
@@ -140,56 +355,81 @@ def _end_namespace():
             return
 
 
+def _run_from(first, code, source, fn_name, inputs, timeout_s, output_bytes, stop_on_failure):
+    """Fork one child that runs tests ``first``..; emit their results; return where to resume (or None)."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        _child(code, source, fn_name, first, inputs, write_fd, output_bytes)
+    os.close(write_fd)
+    reports = _Reports(read_fd)
+    try:
+        started = time.monotonic()
+        line = reports.next_line(timeout_s)
+        if line != b"C ok":
+            # The module did not load (an exception, a crash, or its time limit): every test
+            # fails, as a runtime error -- LiveCodeBench reports a load that times out so too.
+            _end_child(pid)
+            seconds = f"{time.monotonic() - started:.4f}"
+            for index in range(first, len(inputs)):
+                _emit("RESULT", index, "runtime_error", seconds, "-", "-")
+                if stop_on_failure:
+                    break
+            return None
+        for index in range(first, len(inputs)):
+            started = time.monotonic()
+            line = reports.next_line(timeout_s)
+            seconds = f"{time.monotonic() - started:.4f}"
+            if line is None or not line.startswith(f"D {index} ".encode()):
+                wait_status = _end_child(pid)
+                status = "timeout" if line is None else _death_status(wait_status)
+                _emit("RESULT", index, status, seconds, "-", "-")
+                return None if stop_on_failure else index + 1
+            status = line.split(b" ")[2].decode("ascii", errors="replace")
+            if status != "ok":
+                _emit("RESULT", index, status if status == "output_limit" else "runtime_error", seconds, "-", "-")
+                if stop_on_failure:
+                    _end_child(pid)
+                    return None
+                continue
+            try:
+                with open(f"out_{index}", "rb") as handle:
+                    output = handle.read(output_bytes + 1)
+            except OSError as error:
+                _emit("RESULT", index, "runtime_error", seconds, "-", _b64(str(error)))
+                continue
+            if len(output) > output_bytes:
+                _emit("RESULT", index, "output_limit", seconds, "-", "-")
+                continue
+            _emit("RESULT", index, "ok", seconds, _b64(output), "-")
+        _end_child(pid)
+        return None
+    finally:
+        os.close(read_fd)
+
+
 def run_tests():
     with open(sys.argv[1]) as handle:
         lines = handle.read().split("\n")
     program_path, fn_name, timeout_s, output_bytes = lines[0], lines[1], float(lines[2]), int(lines[3])
-    tests = [line.split(" ") for line in lines[4:] if line]
-    with open(program_path) as handle:
-        source = handle.read()
+    stop_on_failure = lines[4] == "1"
+    inputs = [line for line in lines[5:] if line]
+    fn_name = None if fn_name == "-" else fn_name
+    for name in PRELOADED:
+        __import__(name)
+    with open(program_path, encoding="utf-8", errors="surrogatepass") as handle:
+        program = handle.read()
+    source = functional_source(program) if fn_name else stdin_source(program)
     try:
-        code = compile(source, "solution.py", "exec")
-    except (SyntaxError, ValueError) as error:
+        code = compile(source, "<solution>", "exec")
+    except (SyntaxError, ValueError, MemoryError, RecursionError, OverflowError) as error:
         _emit("COMPILE_ERROR", _b64(f"{type(error).__name__}: {error}"[:2000]))
         return
-    if any(testtype == "functional" for _, testtype in tests):
-        import json  # noqa: F401 - loaded once here, inherited by every forked child
-
-    signal.signal(signal.SIGALRM, _on_alarm)
     _emit("READY")
-    for i, (input_path, testtype) in enumerate(tests):
-        output_path = f"out_{i}"
-        pid = os.fork()
-        if pid == 0:
-            _run_child(code, input_path, testtype, fn_name, output_path)
-        wait_status, seconds = _wait(pid, timeout_s)
-        try:
-            os.killpg(pid, signal.SIGKILL)  # the test's whole process group, finished or not
-        except (ProcessLookupError, PermissionError):
-            pass
-        if wait_status is None:
-            os.waitpid(pid, 0)
-            _reap_orphans()
-            _emit("RESULT", i, "timeout", f"{seconds:.4f}", "-", "-")
-            continue
-        _reap_orphans()
-        if os.WIFSIGNALED(wait_status):
-            number = os.WTERMSIG(wait_status)
-            status = {signal.SIGXFSZ: "output_limit", signal.SIGXCPU: "timeout"}.get(number, "runtime_error")
-            _emit("RESULT", i, status, f"{seconds:.4f}", "-", _b64(f"signal {number}"))
-            continue
-        try:
-            with open(output_path, "rb") as handle:
-                output = handle.read(output_bytes + 1)
-        except OSError as error:
-            _emit("RESULT", i, "runtime_error", f"{seconds:.4f}", "-", _b64(str(error)))
-            continue
-        if len(output) > output_bytes:
-            _emit("RESULT", i, "output_limit", f"{seconds:.4f}", "-", "-")
-            continue
-        exit_code = os.WEXITSTATUS(wait_status)
-        status = "ok" if exit_code == 0 else "runtime_error"
-        _emit("RESULT", i, status, f"{seconds:.4f}", _b64(output), _b64("" if exit_code == 0 else f"exit {exit_code}"))
+    first = 0
+    while first is not None and first < len(inputs):
+        first = _run_from(first, code, source, fn_name, inputs, timeout_s, output_bytes, stop_on_failure)
 
 
 def main():

@@ -1,18 +1,22 @@
-"""LiveCodeBench-style code scoring: program extraction, test specification, comparison.
+"""LiveCodeBench code scoring: program extraction, test specification, comparison.
 
 Ground truth (as ``data_prep`` writes it into ``reward_model.ground_truth``) is a JSON
 string ``{"tests": [{"input": str, "output": str, "testtype": "stdin" | "functional"}],
-"fn_name": str | null}``.  The program is the last fenced Python block of the response.
+"fn_name": str | null}``; all tests of a problem share one testtype, and ``fn_name`` is
+set exactly when they are functional.  The program is taken as LiveCodeBench takes it:
+the lines between the last two lines that contain a code fence.
 
-All tests of a problem run in ONE sandboxed process (:mod:`reward.code_harness`), each in
-its own forked child with a per-test time limit, under a per-problem wall-clock budget.
-Comparison happens here, in the parent, on plain strings / JSON values:
+All tests of a problem run in ONE sandboxed process (:mod:`reward.code_harness`, which
+reproduces LiveCodeBench's harness: import preamble, ``wrapped_function``, ``Solution``
+instance, one load per problem), each test under the per-test time limit, the whole run
+under LiveCodeBench's limit ``(per-test limit + 1) * tests + 5`` seconds counted from the
+start of the call.  Comparison happens here, in the parent, on plain strings / data:
 
-* stdin tests, as LiveCodeBench: outputs stripped and split into lines; same number of
-  lines; each line equal after ``strip()``, or else equal as a list of ``Decimal`` numbers
-  (``3.0`` == ``3``);
-* functional tests: the child serialises the return value with ``json.dumps``; it is
-  parsed here and compared with ``==`` to the expected JSON (tuples arrive as lists).
+* stdin tests, as LiveCodeBench: both outputs stripped and split into lines, each line
+  stripped; same number of lines; each line equal as text or else as a list of
+  ``Decimal`` numbers (``3.0`` == ``3``);
+* functional tests: the returned value (a top-level tuple counts as a list) as plain data,
+  compared with ``==`` to the expected JSON value.
 
 In ``all_pass`` mode the run stops at the first failing test (as LiveCodeBench does).
 """
@@ -22,22 +26,18 @@ from __future__ import annotations
 import binascii
 import json
 import math
-import re
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 
 from reward import outcome
-from reward.sandbox import Limits, Sandbox, SandboxUnavailable, default_sandbox
+from reward.sandbox import Limits, Sandbox, default_sandbox
 
 CODE_MODES: tuple[str, ...] = ("all_pass", "fraction")
 TEST_TYPES: tuple[str, ...] = ("stdin", "functional")
 HARNESS_SOURCE = Path(__file__).with_name("code_harness.py").read_text()
 
-_FENCE = re.compile(r"^[ \t]*```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)^[ \t]*```", re.MULTILINE | re.DOTALL)
-_PYTHON_TAGS = {"", "python", "py", "python3", "py3"}
-
-
+FENCE = "```"
 @dataclass(frozen=True)
 class TestCase:
     input: str
@@ -53,38 +53,54 @@ class CodeProblem:
 
 @dataclass(frozen=True)
 class CodeLimits:
-    """Per-test time limit, per-problem budget and resources of the sandbox.
+    """Per-test time limit, whole-run limit and resources of the sandbox.
 
-    Defaults follow LiveCodeBench (6 s per test) with a 60 s cap per problem.
+    ``problem_budget_s=None`` (the default) is LiveCodeBench's whole-run limit,
+    ``(test_timeout_s + 1) * tests + 5`` seconds; a number caps the run at that instead.
+    Both are counted from the start of the scoring call, queueing included.
     """
 
     test_timeout_s: float = 6.0
-    problem_budget_s: float = 60.0
+    problem_budget_s: float | None = None
     memory_mb: int = 2048
     output_mb: int = 16
 
     def __post_init__(self) -> None:
         for name in ("test_timeout_s", "problem_budget_s", "memory_mb", "output_mb"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"code limit {name} must be positive, got {getattr(self, name)!r}")
+            value = getattr(self, name)
+            if value is None and name == "problem_budget_s":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"code limit {name} must be a positive number, got {value!r}")
+
+    def run_budget_s(self, n_tests: int) -> float:
+        """Wall-clock limit of a problem with ``n_tests`` tests (LiveCodeBench's, or the cap)."""
+        lcb = (self.test_timeout_s + 1.0) * n_tests + 5.0
+        return lcb if self.problem_budget_s is None else min(lcb, self.problem_budget_s)
 
 
 DEFAULT_CODE_LIMITS = CodeLimits()
 
 
 def extract_program(response: str) -> str | None:
-    """The last fenced code block tagged python (or untagged); ``None`` if there is none."""
-    program = None
-    for match in _FENCE.finditer(response):
-        if match.group(1).lower() in _PYTHON_TAGS:
-            program = match.group(2)
-    if program is None or not program.strip():
+    """The program as LiveCodeBench extracts it: the lines between the last two lines
+    containing a code fence, whatever the fence's language tag; ``None`` when there are
+    fewer than two such lines or nothing but blanks between them."""
+    lines = response.split("\n")
+    fences = [index for index, line in enumerate(lines) if FENCE in line]
+    if len(fences) < 2:
         return None
-    return program
+    program = "\n".join(lines[fences[-2] + 1 : fences[-1]])
+    return program if program.strip() else None
+
+
+def _json_value(text: str):
+    """Parse JSON with integers of any length (``Decimal``; compares exactly with int and float)."""
+    return json.loads(text, parse_int=Decimal)
 
 
 def parse_ground_truth(ground_truth: str | dict) -> CodeProblem:
-    """Validate a code ground truth; errors name the offending key or test index."""
+    """Validate a code ground truth; errors name the offending key, test index and line."""
     if isinstance(ground_truth, (str, bytes)):
         try:
             spec = json.loads(ground_truth)
@@ -114,12 +130,30 @@ def parse_ground_truth(ground_truth: str | dict) -> CodeProblem:
                 raise ValueError(f"code ground_truth tests[{index}].{key} must be a string, got {test.get(key)!r:.80}")
         if test["testtype"] not in TEST_TYPES:
             raise ValueError(f"code ground_truth tests[{index}].testtype={test['testtype']!r}; use one of {TEST_TYPES}")
+        if test["testtype"] != raw_tests[0].get("testtype"):
+            raise ValueError(
+                f"code ground_truth tests[{index}].testtype={test['testtype']!r} differs from tests[0]'s: "
+                "all tests of a problem share one testtype"
+            )
+        if test["testtype"] == "stdin" and fn_name is not None:
+            raise ValueError(
+                f"code ground_truth has fn_name={fn_name!r} but stdin tests: LiveCodeBench calls fn_name whenever "
+                "it is set, so fn_name must be null for stdin problems"
+            )
         if test["testtype"] == "functional":
             if fn_name is None:
                 raise ValueError(f"code ground_truth tests[{index}] is functional but 'fn_name' is null")
+            for line_number, line in enumerate(test["input"].split("\n"), start=1):
+                try:
+                    _json_value(line)
+                except ValueError as error:
+                    raise ValueError(
+                        f"code ground_truth tests[{index}].input line {line_number} is not one JSON value ({error}): "
+                        "functional inputs hold one JSON argument per line, with no blank lines"
+                    ) from error
             try:
-                json.loads(test["output"])
-            except json.JSONDecodeError as error:
+                _json_value(test["output"])
+            except ValueError as error:
                 raise ValueError(f"code ground_truth tests[{index}].output is not JSON ({error})") from error
         tests.append(TestCase(test["input"], test["output"], test["testtype"]))
     return CodeProblem(tests=tuple(tests), fn_name=fn_name)
@@ -127,24 +161,31 @@ def parse_ground_truth(ground_truth: str | dict) -> CodeProblem:
 
 def _as_decimals(line: str) -> list[Decimal] | None:
     try:
-        values = [Decimal(token) for token in line.split()]
-    except InvalidOperation:
+        return [Decimal(token) for token in line.split()]
+    except (ArithmeticError, ValueError):
         return None
-    return values
+
+
+def _stripped_lines(text: str) -> list[str]:
+    return [line.strip() for line in text.strip().split("\n")]
 
 
 def stdin_output_matches(actual: str, expected: str) -> bool:
-    """LiveCodeBench's stdin comparison (line by line after strip, then numerically)."""
-    actual_lines = actual.strip().split("\n")
-    expected_lines = expected.strip().split("\n")
+    """LiveCodeBench's stdin comparison: both sides stripped and split into lines, each line
+    stripped; equal line counts; each line equal as text, or else as a list of ``Decimal``s."""
+    actual_lines, expected_lines = _stripped_lines(actual), _stripped_lines(expected)
     if len(actual_lines) != len(expected_lines):
         return False
     for got, want in zip(actual_lines, expected_lines):
-        got, want = got.strip(), want.strip()
         if got == want:
             continue
         got_numbers, want_numbers = _as_decimals(got), _as_decimals(want)
-        if got_numbers is None or want_numbers is None or got_numbers != want_numbers:
+        if got_numbers is None or want_numbers is None:
+            return False
+        try:
+            if got_numbers != want_numbers:
+                return False
+        except ArithmeticError:  # a signalling NaN refuses comparison (LiveCodeBench: an error, a failure)
             return False
     return True
 
@@ -152,10 +193,15 @@ def stdin_output_matches(actual: str, expected: str) -> bool:
 def functional_output_matches(actual_json: str, expected_json: str) -> bool:
     """Compare a JSON-serialised return value to the expected JSON value with ``==``."""
     try:
-        actual = json.loads(actual_json)
-    except (json.JSONDecodeError, RecursionError):
+        actual = _json_value(actual_json)
+    except (ValueError, RecursionError):
         return False
-    return actual == json.loads(expected_json)
+    return actual == _json_value(expected_json)
+
+
+def _harness_functional_matches(output: str, expected_json: str) -> bool:
+    """The harness reports ``=<json>`` for plain data and ``!`` for anything else (never equal)."""
+    return output.startswith("=") and functional_output_matches(output[1:], expected_json)
 
 
 _STATUSES = ("ok", "timeout", "runtime_error", "output_limit")
@@ -214,22 +260,25 @@ def score_code(
     problem, program = parse_submission(ground_truth, response, mode)
     if program is None:
         return outcome.all_or_nothing(outcome.NO_ANSWER, None)
-    try:
-        sandbox = sandbox or default_sandbox()
-    except SandboxUnavailable:
-        raise
+    sandbox = sandbox or default_sandbox()
     n = len(problem.tests)
     output_bytes = limits.output_mb << 20
-    files = {"solution.py": program.encode()}
-    manifest = ["solution.py", problem.fn_name or "-", repr(float(limits.test_timeout_s)), str(output_bytes)]
+    files = {"solution.py": program.encode("utf-8", errors="surrogatepass")}
+    manifest = [
+        "solution.py",
+        problem.fn_name or "-",
+        repr(float(limits.test_timeout_s)),
+        str(output_bytes),
+        "1" if mode == "all_pass" else "0",
+    ]
     for i, test in enumerate(problem.tests):
-        files[f"in_{i}"] = test.input.encode()
-        manifest.append(f"in_{i} {test.testtype}")
+        files[f"in_{i}"] = test.input.encode("utf-8", errors="surrogatepass")
+        manifest.append(f"in_{i}")
     files["manifest"] = ("\n".join(manifest) + "\n").encode()
-    budget = min(limits.problem_budget_s, n * limits.test_timeout_s + 5.0)
+    budget = limits.run_budget_s(n)
     sandbox_limits = Limits(
         wall_s=budget,
-        cpu_s=max(1, math.ceil(limits.test_timeout_s) + 1),
+        cpu_s=max(1, math.ceil(budget) + 1),  # a backstop: the wall-clock limits above bind first
         memory_bytes=limits.memory_mb << 20,
         file_size_bytes=output_bytes + 1,
         output_bytes=n * (2 * output_bytes + 4096) + 65536,
@@ -259,7 +308,7 @@ def score_code(
         elif test.testtype == "stdin":
             ok, reason = stdin_output_matches(output, test.output), outcome.WRONG_ANSWER
         else:
-            ok, reason = functional_output_matches(output, test.output), outcome.WRONG_ANSWER
+            ok, reason = _harness_functional_matches(output, test.output), outcome.WRONG_ANSWER
         passed[i] = ok
         if not ok and not first_failure:
             first_failure.append(reason)

@@ -23,10 +23,13 @@ class RewardOptions:
     Attributes:
         score_mode: ``binary`` (score 1 correct / 0 otherwise) or ``signed`` (+1 / -1, DAPO style).
         code_mode: ``all_pass`` (1 only when every test passes) or ``fraction`` (pass rate).
-        math_timeout_s: hard wall-clock limit of one math-verify comparison.
+        math_timeout_s: hard wall-clock limit of one math answer check, counted from the start
+            of the call (waiting for a math-verify worker included).
         math_workers: math-verify worker processes (default min(4, CPUs)); fixed at first use.
         code_test_timeout_s: wall-clock limit per test (LiveCodeBench uses 6 s).
-        code_problem_budget_s: wall-clock limit for all tests of one problem.
+        code_problem_budget_s: cap on the wall-clock limit for all tests of one problem; default
+            ``None``: LiveCodeBench's own, ``(code_test_timeout_s + 1) * tests + 5`` seconds.
+            Both limits count from the start of the call, queueing included.
         code_memory_mb: address-space limit per sandboxed process.
         code_output_mb: largest output one test may write.
         code_backend: ``local`` (this machine's sandbox) or ``sandbox_fusion`` (HTTP server).
@@ -39,7 +42,7 @@ class RewardOptions:
     math_timeout_s: float = 10.0
     math_workers: int | None = None
     code_test_timeout_s: float = 6.0
-    code_problem_budget_s: float = 60.0
+    code_problem_budget_s: float | None = None
     code_memory_mb: int = 2048
     code_output_mb: int = 16
     code_backend: str = "local"
@@ -62,6 +65,8 @@ class RewardOptions:
             "code_output_mb",
         ):
             value = getattr(self, name)
+            if value is None and name == "code_problem_budget_s":
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"reward option {name} must be a positive number, got {value!r}")
         if self.math_workers is not None and (not isinstance(self.math_workers, int) or self.math_workers < 1):

@@ -128,7 +128,7 @@ def score_code_remote(
     results: list[tuple[bool, str]] = []
     with ThreadPoolExecutor(max_workers=concurrency) as executor:
         for first in range(0, len(problem.tests), concurrency):
-            if time.monotonic() - started > limits.problem_budget_s:
+            if time.monotonic() - started > limits.run_budget_s(len(problem.tests)):
                 break
             batch = problem.tests[first : first + concurrency]
             results += executor.map(lambda test: _run_test(url, program, test, problem.fn_name, limits), batch)

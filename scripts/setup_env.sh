@@ -2,9 +2,10 @@
 # Set up (once) and activate the project's CPU environment. Source it:  source scripts/setup_env.sh
 #   - creates .venv with Python 3.11 if missing (the CPU torch wheel is for 3.11)
 #   - installs torch==2.13.0 first (an unpinned torch would pull a multi-GB CUDA build), then the
-#     pinned requirements-cpu.txt and this project in editable mode (registers the verl plugin)
+#     pinned requirements-cpu.txt, requirements-test-oracle.txt (--no-deps: LiveCodeBench's evaluator,
+#     the reward tests' oracle) and this project in editable mode (registers the verl plugin)
 #   - installs the Debian packages the reward sandbox needs (scripts/install_system_deps.sh)
-# Re-running is cheap: installs are skipped while requirements-cpu.txt and pyproject.toml are unchanged.
+# Re-running is cheap: installs are skipped while the requirements files and pyproject.toml are unchanged.
 _dfpo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 _dfpo_setup() {
   set -e
@@ -16,12 +17,13 @@ _dfpo_setup() {
     "$py" -m venv .venv
   fi
   local stamp=.venv/.dfpo-installed want
-  want="$(cat requirements-cpu.txt pyproject.toml | sha256sum | cut -d' ' -f1)"
+  want="$(cat requirements-cpu.txt requirements-test-oracle.txt pyproject.toml | sha256sum | cut -d' ' -f1)"
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "[setup] installing pinned CPU requirements into .venv (a few minutes on a fresh machine)"
     .venv/bin/python -m pip install -q --upgrade pip
     .venv/bin/python -m pip install -q torch==2.13.0
     .venv/bin/python -m pip install -q -r requirements-cpu.txt
+    .venv/bin/python -m pip install -q --no-deps -r requirements-test-oracle.txt  # LiveCodeBench's evaluator, for tests
     .venv/bin/python -m pip install -q --no-deps -e .
     echo "$want" > "$stamp"
   fi

@@ -65,7 +65,8 @@ LABELLED = [
         "correct",
         1.0,
     ),
-    ("stdin via open(0)", fenced("a, b = map(int, open(0).read().split())\nprint(a + b)"), ADD, "correct", 1.0),
+    # LiveCodeBench's preamble binds open to the real one: open(0) reads the harness's empty stdin
+    ("stdin via open(0)", fenced("a, b = map(int, open(0).read().split())\nprint(a + b)"), ADD, "runtime_error", 0.0),
     ("numeric formatting", fenced("a, b = map(int, input().split())\nprint(f'{a + b:.1f}')"), ADD, "correct", 1.0),
     (
         "main guard",
@@ -95,10 +96,11 @@ LABELLED = [
     ),
     ("runtime error", fenced("raise ValueError('boom')"), ADD, "runtime_error", 0.0),
     ("syntax error", fenced("def broken(:\n    pass"), ADD, "runtime_error", 0.0),
-    ("nonzero exit", fenced("import sys\nprint(3)\nsys.exit(2)"), ADD, "runtime_error", 0.0),
+    # SystemExit ends a stdin test normally (LiveCodeBench): test 1 passes, test 2 is wrong
+    ("nonzero exit", fenced("import sys\nprint(3)\nsys.exit(2)"), ADD, "wrong_answer", 0.0),
     ("timeout", fenced("while True:\n    pass"), ADD, "timeout", 0.0),
     ("no code block", "I think the answer is to add the numbers.", ADD, "no_answer", 0.0),
-    ("cpp block only", fenced("int main(){}", tag="cpp"), ADD, "no_answer", 0.0),
+    ("cpp block only", fenced("int main(){}", tag="cpp"), ADD, "runtime_error", 0.0),  # run as Python, as LCB does
     (
         "leetcode class",
         fenced(
@@ -202,6 +204,23 @@ def test_stdin_comparison_like_livecodebench(actual, expected, same):
             "not JSON",
         ),
         (json.dumps({"tests": [{"input": "1", "output": "1", "testtype": "stdin"}], "fn_name": "1bad"}), "identifier"),
+        (
+            json.dumps(
+                {
+                    "tests": [
+                        {"input": "1", "output": "1", "testtype": "functional"},
+                        {"input": "1", "output": "1", "testtype": "stdin"},
+                    ],
+                    "fn_name": "f",
+                }
+            ),
+            r"tests\[1\].testtype='stdin' differs",
+        ),
+        (json.dumps({"tests": [{"input": "1", "output": "1", "testtype": "stdin"}], "fn_name": "f"}), "must be null"),
+        (
+            json.dumps({"tests": [{"input": "[1]\n", "output": "1", "testtype": "functional"}], "fn_name": "f"}),
+            r"tests\[0\].input line 2 is not one JSON value",
+        ),
     ],
 )
 def test_bad_code_ground_truth_names_the_problem(spec, message):
@@ -209,10 +228,19 @@ def test_bad_code_ground_truth_names_the_problem(spec, message):
         parse_ground_truth(spec)
 
 
-def test_extract_program_takes_last_python_block():
+def test_whole_run_limit_is_livecodebench_s_unless_capped():
+    assert CodeLimits(test_timeout_s=6).run_budget_s(10) == (6 + 1) * 10 + 5
+    assert CodeLimits(test_timeout_s=6, problem_budget_s=30).run_budget_s(10) == 30
+    with pytest.raises(ValueError, match="problem_budget_s"):
+        CodeLimits(problem_budget_s=0)
+
+
+def test_extract_program_takes_the_last_fenced_block_like_livecodebench():
     text = "```python\nfirst\n```\ntext\n```py\nsecond\n```\n```cpp\nthird\n```"
-    assert extract_program(text) == "second\n"
+    assert extract_program(text) == "third"  # the lines between the last two fence lines, any tag
     assert extract_program("```python\nunterminated") is None
+    assert extract_program("```python\n\n  \n```") is None
+    assert extract_program("a ```python x\nbody\nend ``` b") == "body"  # a fence anywhere in the line
 
 
 # ----------------------------------------------------------------------------- adversarial
@@ -236,7 +264,8 @@ def _listening_socket() -> socket.socket:
 
 ADVERSARIAL = {
     "infinite loop": "while True:\n    pass",
-    "fork bomb": "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
+    # posix.*: the os names LiveCodeBench's guard sets to None are still reachable; the sandbox must hold
+    "fork bomb": "import posix\nwhile True:\n    try:\n        posix.fork()\n    except OSError:\n        pass",
     "memory bomb": "blocks = []\nwhile True:\n    blocks.append(bytearray(64 << 20))",
     "write outside": (
         "import os\n"
@@ -249,11 +278,11 @@ ADVERSARIAL = {
         "    a, b = map(int, input().split())\n    print(a + b)\nexcept OSError:\n    pass"
     ),
     "kill the parent": (
-        "import os, signal, time\nfor pid in (os.getppid(), 1, -1):\n    try:\n        os.kill(pid, signal.SIGKILL)\n"
+        "import os, posix, signal, time\nfor pid in (os.getppid(), 1, -1):\n    try:\n        posix.kill(pid, signal.SIGKILL)\n"
         "    except OSError:\n        pass\ntime.sleep(1)"
     ),
     "setsid and fork to escape": (
-        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        "import os, posix, time\nif posix.fork() == 0:\n    os.setsid()\n    if posix.fork() == 0:\n"
         "        while True:\n            time.sleep(0.05)\n    os._exit(0)\ntime.sleep(0.2)"
     ),
     "flood stdout": "import sys\nwhile True:\n    sys.stdout.write('9' * 65536)",
