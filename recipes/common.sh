@@ -229,6 +229,9 @@ dfpo_launch() {
         dfpo_die "token budget too small: PPO_MAX_TOKEN_LEN_PER_GPU=$PPO_MAX_TOKEN_LEN_PER_GPU and LOG_PROB_MAX_TOKEN_LEN_PER_GPU=$LOG_PROB_MAX_TOKEN_LEN_PER_GPU times SP_SIZE=$SP_SIZE must each hold one sequence of MAX_PROMPT_LENGTH+MAX_RESPONSE_LENGTH=$max_seq tokens"
     fi
 
+    local use_kl_loss=false
+    dfpo_is_true "${USE_KL_LOSS:-false}" && use_kl_loss=true
+
     local project_name="${PROJECT_NAME:-dfpo}"
     local experiment_name="${EXPERIMENT_NAME:-${method}-${MODEL_NAME}-g${group_size}-seed${seed}}"
     local ckpt_dir log_dir
@@ -259,7 +262,6 @@ dfpo_launch() {
         algorithm.norm_adv_by_std_in_grpo=true
         algorithm.use_kl_in_reward=false
         "algorithm.rollout_correction.rollout_is=${ROLLOUT_IS:-null}"
-        "algorithm.rollout_correction.rollout_is_threshold=${ROLLOUT_IS_THRESHOLD:-2.0}"
 
         # model
         "actor_rollout_ref.model.path=$(dfpo_quote "$model_path")"
@@ -271,15 +273,14 @@ dfpo_launch() {
         "actor_rollout_ref.actor.optim.lr=${LR:-1e-6}"
         "actor_rollout_ref.actor.optim.lr_warmup_steps=${LR_WARMUP_STEPS:-10}"
         "actor_rollout_ref.actor.optim.weight_decay=${WEIGHT_DECAY:-0.1}"
-        "actor_rollout_ref.actor.grad_clip=${GRAD_CLIP:-1.0}"
+        # verl 0.9.1's engine clips with optim.clip_grad (actor.grad_clip is declared but never read)
+        "actor_rollout_ref.actor.optim.clip_grad=${GRAD_CLIP:-1.0}"
         "actor_rollout_ref.actor.ppo_mini_batch_size=$ppo_mini_batch_size"
         "actor_rollout_ref.actor.ppo_epochs=$ppo_epochs"
         "actor_rollout_ref.actor.shuffle=${ACTOR_SHUFFLE:-false}"
         "actor_rollout_ref.actor.data_loader_seed=$seed"
         "actor_rollout_ref.actor.entropy_coeff=${ENTROPY_COEFF:-0}"
-        "actor_rollout_ref.actor.use_kl_loss=${USE_KL_LOSS:-false}"
-        "actor_rollout_ref.actor.kl_loss_coef=${KL_LOSS_COEF:-0.001}"
-        actor_rollout_ref.actor.kl_loss_type=low_var_kl
+        "actor_rollout_ref.actor.use_kl_loss=$use_kl_loss"
 
         # actor: memory and parallelism
         "actor_rollout_ref.actor.use_dynamic_bsz=${USE_DYNAMIC_BSZ:-true}"
@@ -289,10 +290,6 @@ dfpo_launch() {
         "actor_rollout_ref.actor.fsdp_config.optimizer_offload=${OPTIMIZER_OFFLOAD:-true}"
         "actor_rollout_ref.actor.fsdp_config.fsdp_size=${FSDP_SIZE:--1}"
 
-        # reference policy (only built when USE_KL_LOSS=true)
-        "actor_rollout_ref.ref.fsdp_config.param_offload=${PARAM_OFFLOAD:-true}"
-        "actor_rollout_ref.ref.ulysses_sequence_parallel_size=$SP_SIZE"
-        "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=$LOG_PROB_MAX_TOKEN_LEN_PER_GPU"
 
         # rollout (vLLM, colocated with the actor)
         "actor_rollout_ref.rollout.name=${ROLLOUT_NAME:-vllm}"
@@ -304,7 +301,6 @@ dfpo_launch() {
         "actor_rollout_ref.rollout.temperature=${TEMPERATURE:-1.0}"
         "actor_rollout_ref.rollout.top_p=${TOP_P:-1.0}"
         "actor_rollout_ref.rollout.top_k=${TOP_K:--1}"
-        actor_rollout_ref.rollout.val_kwargs.do_sample=true
         "actor_rollout_ref.rollout.val_kwargs.n=${VAL_N:-4}"
         "actor_rollout_ref.rollout.val_kwargs.temperature=${VAL_TEMPERATURE:-0.6}"
         "actor_rollout_ref.rollout.val_kwargs.top_p=${VAL_TOP_P:-0.95}"
@@ -335,6 +331,24 @@ dfpo_launch() {
         "trainer.default_local_dir=$(dfpo_quote "$ckpt_dir")"
         "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH=$(dfpo_quote "$file_log")"
     )
+    if [[ "$use_kl_loss" == true ]]; then
+        # the KL loss and the reference policy it needs exist only with USE_KL_LOSS=true (verl builds
+        # no reference worker otherwise, so these keys would be read by nothing)
+        overrides+=(
+            "actor_rollout_ref.actor.kl_loss_coef=${KL_LOSS_COEF:-0.001}"
+            actor_rollout_ref.actor.kl_loss_type=low_var_kl
+            "actor_rollout_ref.ref.fsdp_config.param_offload=${PARAM_OFFLOAD:-true}"
+            "actor_rollout_ref.ref.ulysses_sequence_parallel_size=$SP_SIZE"
+            "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=$LOG_PROB_MAX_TOKEN_LEN_PER_GPU"
+        )
+    elif [[ -n "${KL_LOSS_COEF:-}" ]]; then
+        dfpo_die "KL_LOSS_COEF=$KL_LOSS_COEF has no effect without USE_KL_LOSS=true: set USE_KL_LOSS=true or unset KL_LOSS_COEF"
+    fi
+    if [[ "${ROLLOUT_IS:-null}" != null ]]; then
+        overrides+=("algorithm.rollout_correction.rollout_is_threshold=${ROLLOUT_IS_THRESHOLD:-2.0}")
+    elif [[ -n "${ROLLOUT_IS_THRESHOLD:-}" ]]; then
+        dfpo_die "ROLLOUT_IS_THRESHOLD=$ROLLOUT_IS_THRESHOLD has no effect without ROLLOUT_IS (token or sequence): set ROLLOUT_IS or unset ROLLOUT_IS_THRESHOLD"
+    fi
     if [[ -n "${SANDBOX_FUSION_URL:-}" ]]; then
         overrides+=("+reward.custom_reward_function.reward_kwargs.sandbox_fusion_url=$(dfpo_quote "$SANDBOX_FUSION_URL")")
     fi

@@ -1,0 +1,179 @@
+"""Where verl 0.9.1's V1 engine path (``python -m dfpo.main``: V1 trainer, engine workers, FSDP
+engine, vLLM rollout, reward loop) reads each config key the recipes set.
+
+Each entry names a file (relative to the installed ``verl`` package, or ``dfpo/...`` for this
+project's own readers) and a snippet of the line that reads the key; the tests check that the
+snippet is really there, so a verl upgrade that stops reading a key is noticed. A key verl declares
+but never reads on this path (``actor.grad_clip``: the engine clips with ``optim.clip_grad``) has no
+entry, and a recipe that sets it fails the tests; nor has ``rollout.val_kwargs.do_sample``, which the V1
+agent loop never reads (validation always samples with the ``val_kwargs`` temperature). ``when`` is the condition under which the reader
+runs at all (e.g. the KL keys only with ``use_kl_loss``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import verl
+
+VERL_ROOT = Path(verl.__file__).resolve().parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _always(cfg) -> bool:
+    return True
+
+
+def _kl_loss_on(cfg) -> bool:
+    return bool(cfg.actor_rollout_ref.actor.use_kl_loss)
+
+
+def _rollout_is_on(cfg) -> bool:
+    return cfg.algorithm.rollout_correction.rollout_is is not None
+
+
+def _dfpo_loss(cfg) -> bool:
+    return cfg.actor_rollout_ref.actor.policy_loss.loss_mode == "dfpo"
+
+
+def _clipped_loss(cfg) -> bool:
+    # verl's vanilla (PPO clip), gspo and cispo losses read clip_ratio_low/high; dfpo has no clip
+    return cfg.actor_rollout_ref.actor.policy_loss.loss_mode in ("vanilla", "gspo", "cispo")
+
+
+@dataclass(frozen=True)
+class Reader:
+    """``snippet`` occurs in ``file``, which reads the key on the V1 path when ``when(cfg)``."""
+
+    file: str
+    snippet: str
+    when: Callable = _always
+
+    def source_path(self) -> Path:
+        return REPO_ROOT / self.file if self.file.startswith("dfpo/") else VERL_ROOT / self.file
+
+
+_DATASET = "utils/dataset/rl_dataset.py"
+_TRAINER = "trainer/ppo/v1/trainer_base.py"
+_ENGINE = "workers/engine/fsdp/transformer_impl.py"
+_WORKERS = "workers/engine_workers.py"
+_VLLM = "workers/rollout/vllm_rollout/vllm_async_server.py"
+_AGENT_LOOP = "trainer/ppo/v1/agent_loop_tq.py"
+_LOSSES = "workers/utils/losses.py"
+_CORE = "trainer/ppo/core_algos.py"
+_AR = "actor_rollout_ref"
+
+READERS: dict[str, Reader] = {
+    # data
+    "data.train_files": Reader(_TRAINER, "self.config.data.train_files"),
+    "data.val_files": Reader(_TRAINER, "self.config.data.val_files"),
+    "data.prompt_key": Reader(_DATASET, 'config.get("prompt_key", "prompt")'),
+    "data.max_prompt_length": Reader(_DATASET, 'config.get("max_prompt_length", 1024)'),
+    "data.max_response_length": Reader("trainer/config/rollout/rollout.yaml", "${oc.select:data.max_response_length,512}"),
+    "data.train_batch_size": Reader(_TRAINER, "self.config.data.train_batch_size"),
+    "data.filter_overlong_prompts": Reader(_DATASET, 'config.get("filter_overlong_prompts", True)'),
+    "data.truncation": Reader(_DATASET, 'config.get("truncation", "error")'),
+    "data.seed": Reader(_DATASET, 'self.seed = config.get("seed")'),
+    "data.apply_chat_template_kwargs": Reader(_DATASET, 'config.get("apply_chat_template_kwargs", {})'),
+    # algorithm
+    "algorithm.adv_estimator": Reader(_TRAINER, "adv_estimator=self.config.algorithm.adv_estimator"),
+    "algorithm.norm_adv_by_std_in_grpo": Reader(_TRAINER, 'self.config.algorithm.get("norm_adv_by_std_in_grpo", True)'),
+    "algorithm.use_kl_in_reward": Reader(_TRAINER, "if self.config.algorithm.use_kl_in_reward:"),
+    "algorithm.rollout_correction.rollout_is": Reader("trainer/ppo/rollout_corr_helper.py", "rollout_is"),
+    "algorithm.rollout_correction.rollout_is_threshold": Reader(
+        "trainer/ppo/rollout_corr_helper.py", "rollout_is_threshold", _rollout_is_on
+    ),
+    # model
+    f"{_AR}.model.path": Reader("workers/config/model.py", "copy_to_local(self.path"),
+    f"{_AR}.model.use_remove_padding": Reader(_WORKERS, 'self.model_config.get("use_remove_padding", False)'),
+    f"{_AR}.model.enable_gradient_checkpointing": Reader(_ENGINE, "if self.model_config.enable_gradient_checkpointing:"),
+    f"{_AR}.model.override_config": Reader("workers/config/model.py", 'self.override_config.get("attn_implementation"'),
+    # actor: optimizer and PPO loop
+    f"{_AR}.actor.strategy": Reader("workers/config/actor.py", 'object.__setattr__(self.engine, "strategy", self.strategy)'),
+    f"{_AR}.actor.optim.lr": Reader("workers/config/optimizer.py", '"lr": config.lr'),
+    f"{_AR}.actor.optim.lr_warmup_steps": Reader(_ENGINE, "num_warmup_steps = optim_config.lr_warmup_steps"),
+    f"{_AR}.actor.optim.weight_decay": Reader("workers/config/optimizer.py", '"weight_decay": config.weight_decay'),
+    f"{_AR}.actor.optim.clip_grad": Reader(_ENGINE, "max_norm=self.optimizer_config.clip_grad"),
+    f"{_AR}.actor.ppo_mini_batch_size": Reader(_TRAINER, "ppo_mini_batch_size = self.config.actor_rollout_ref.actor.ppo_mini_batch_size"),
+    f"{_AR}.actor.ppo_epochs": Reader(_TRAINER, '"epochs": self.config.actor_rollout_ref.actor.ppo_epochs'),
+    f"{_AR}.actor.shuffle": Reader(_TRAINER, '{"shuffle": self.config.actor_rollout_ref.actor.shuffle}'),
+    f"{_AR}.actor.data_loader_seed": Reader(_TRAINER, '"seed": self.config.actor_rollout_ref.actor.data_loader_seed'),
+    f"{_AR}.actor.entropy_coeff": Reader(_LOSSES, "entropy_coeff = config.entropy_coeff"),
+    f"{_AR}.actor.use_kl_loss": Reader(_LOSSES, "if config.use_kl_loss:"),
+    f"{_AR}.actor.kl_loss_coef": Reader(_LOSSES, "config.kl_loss_coef", _kl_loss_on),
+    f"{_AR}.actor.kl_loss_type": Reader(_LOSSES, "config.kl_loss_type", _kl_loss_on),
+    f"{_AR}.actor.loss_agg_mode": Reader(_LOSSES, "loss_agg_mode = config.loss_agg_mode"),
+    f"{_AR}.actor.policy_loss.loss_mode": Reader(_LOSSES, 'config.policy_loss.get("loss_mode", "vanilla")'),
+    f"{_AR}.actor.clip_ratio_low": Reader(_CORE, "config.clip_ratio_low", _clipped_loss),
+    f"{_AR}.actor.clip_ratio_high": Reader(_CORE, "config.clip_ratio_high", _clipped_loss),
+    # DFPO's own options: read by dfpo/workers.py (the exact pre-pass) and dfpo/verl_loss_fn.py
+    f"{_AR}.actor.policy_loss.dfpo_transform": Reader("dfpo/workers.py", "transform=options.dfpo_transform", _dfpo_loss),
+    f"{_AR}.actor.policy_loss.dfpo_scale": Reader("dfpo/workers.py", "scale=options.dfpo_scale", _dfpo_loss),
+    f"{_AR}.actor.policy_loss.dfpo_stop_grad": Reader("dfpo/workers.py", "stop_grad=options.dfpo_stop_grad", _dfpo_loss),
+    f"{_AR}.actor.policy_loss.dfpo_scope": Reader("dfpo/workers.py", 'options.dfpo_scope == "shared_prefix"', _dfpo_loss),
+    f"{_AR}.actor.policy_loss.dfpo_exact_groups": Reader("dfpo/workers.py", "options.dfpo_exact_groups", _dfpo_loss),
+    # actor: memory and parallelism (the engine reads fsdp_config; FSDPActorConfig copies SP into it)
+    f"{_AR}.actor.use_dynamic_bsz": Reader(_WORKERS, "engine_config.use_dynamic_bsz = self.config.actor.use_dynamic_bsz"),
+    f"{_AR}.actor.ppo_max_token_len_per_gpu": Reader(_WORKERS, "max_token_len_per_gpu = self.config.actor.ppo_max_token_len_per_gpu"),
+    f"{_AR}.actor.ulysses_sequence_parallel_size": Reader(
+        "workers/config/actor.py", "self.fsdp_config.ulysses_sequence_parallel_size = self.ulysses_sequence_parallel_size"
+    ),
+    f"{_AR}.actor.fsdp_config.param_offload": Reader(_ENGINE, "self._is_offload_param = self.engine_config.param_offload"),
+    f"{_AR}.actor.fsdp_config.optimizer_offload": Reader(_ENGINE, "self._is_offload_optimizer = self.engine_config.optimizer_offload"),
+    f"{_AR}.actor.fsdp_config.fsdp_size": Reader(_ENGINE, "fsdp_size = self.engine_config.fsdp_size"),
+    # reference policy: built only for the KL loss
+    f"{_AR}.ref.fsdp_config.param_offload": Reader(_WORKERS, "ref_training_config", _kl_loss_on),
+    f"{_AR}.ref.ulysses_sequence_parallel_size": Reader(_WORKERS, "ref_training_config", _kl_loss_on),
+    f"{_AR}.ref.log_prob_max_token_len_per_gpu": Reader(_WORKERS, 'self.config.ref.pop("log_prob_max_token_len_per_gpu", None)', _kl_loss_on),
+    # rollout
+    f"{_AR}.rollout.name": Reader("workers/rollout/llm_server.py", "self.rollout_config.name,"),
+    f"{_AR}.rollout.n": Reader(_AGENT_LOOP, "config.n if not trajectory"),
+    f"{_AR}.rollout.tensor_model_parallel_size": Reader(_VLLM, '"tensor_parallel_size": self.config.tensor_model_parallel_size'),
+    f"{_AR}.rollout.gpu_memory_utilization": Reader(_VLLM, '"gpu_memory_utilization": self.config.gpu_memory_utilization'),
+    f"{_AR}.rollout.log_prob_max_token_len_per_gpu": Reader(_WORKERS, "self.config.rollout.log_prob_max_token_len_per_gpu"),
+    f"{_AR}.rollout.seed": Reader(_VLLM, '"seed": self.replica_rank + self.config.seed'),
+    f"{_AR}.rollout.temperature": Reader(_AGENT_LOOP, "temperature=config.temperature"),
+    f"{_AR}.rollout.top_p": Reader(_AGENT_LOOP, "top_p=config.top_p"),
+    f"{_AR}.rollout.top_k": Reader(_AGENT_LOOP, "top_k=config.top_k"),
+    f"{_AR}.rollout.val_kwargs.n": Reader(_AGENT_LOOP, "config.val_kwargs.n"),
+    f"{_AR}.rollout.val_kwargs.temperature": Reader(_AGENT_LOOP, 'sampling_params["temperature"] = config.val_kwargs.temperature'),
+    f"{_AR}.rollout.val_kwargs.top_p": Reader(_AGENT_LOOP, 'sampling_params["top_p"] = config.val_kwargs.top_p'),
+    f"{_AR}.rollout.val_kwargs.top_k": Reader(_AGENT_LOOP, 'sampling_params["top_k"] = config.val_kwargs.top_k'),
+    # reward (verl 0.9.1's reward loop)
+    "reward.custom_reward_function.path": Reader("trainer/ppo/reward.py", "module_path=module_cfg.path"),
+    "reward.custom_reward_function.name": Reader("trainer/ppo/reward.py", "get_custom_reward_fn"),
+    "reward.custom_reward_function.reward_kwargs": Reader("trainer/ppo/reward.py", "reward_kwargs"),
+    "reward.reward_manager.name": Reader("trainer/ppo/reward.py", "get_reward_manager_cls(reward_manager_cfg.name)"),
+    "reward.num_workers": Reader("experimental/reward_loop/reward_loop.py", "num_workers = self.config.reward.num_workers"),
+    # trainer
+    "trainer.project_name": Reader(_TRAINER, "project_name=self.config.trainer.project_name"),
+    "trainer.experiment_name": Reader(_TRAINER, "experiment_name=self.config.trainer.experiment_name"),
+    "trainer.logger": Reader(_TRAINER, "default_backend=self.config.trainer.logger"),
+    "trainer.nnodes": Reader(_TRAINER, "[config.trainer.n_gpus_per_node] * config.trainer.nnodes"),
+    "trainer.n_gpus_per_node": Reader(_TRAINER, "[config.trainer.n_gpus_per_node] * config.trainer.nnodes"),
+    "trainer.total_training_steps": Reader(_TRAINER, "self.config.trainer.total_training_steps"),
+    "trainer.total_epochs": Reader(_TRAINER, "current_epoch < self.config.trainer.total_epochs"),
+    "trainer.save_freq": Reader(_TRAINER, "self.config.trainer.save_freq > 0"),
+    "trainer.max_actor_ckpt_to_keep": Reader(_TRAINER, "max_actor_ckpt_to_keep"),
+    "trainer.test_freq": Reader(_TRAINER, "self.config.trainer.test_freq > 0"),
+    "trainer.val_before_train": Reader(_TRAINER, 'self.config.trainer.get("val_before_train", True)'),
+    "trainer.resume_mode": Reader("utils/checkpoint/checkpoint_handler.py", "resume_mode"),
+    "trainer.default_local_dir": Reader(_TRAINER, "default_local_dir"),
+    "trainer.v1.trainer_mode": Reader("trainer/main_ppo.py", "trainer_mode"),
+    # the file logger's path reaches every Ray process through the runtime env
+    "ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH": Reader(
+        "utils/tracking.py", 'os.getenv("VERL_FILE_LOGGER_PATH", None)'
+    ),
+}
+
+
+def reader_of(key: str) -> tuple[str, Reader] | None:
+    """The entry covering ``key``: itself or its nearest listed parent (free-form dicts)."""
+    parts = key.split(".")
+    for end in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:end])
+        if prefix in READERS:
+            return prefix, READERS[prefix]
+    return None
