@@ -26,6 +26,7 @@ from __future__ import annotations
 import binascii
 import json
 import math
+import time
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -257,6 +258,7 @@ def score_code(
     ``mode``: ``all_pass`` (credit 1 only if every test passes; stops at the first failure)
     or ``fraction`` (credit = passed / total; runs every test).
     """
+    started = time.monotonic()
     problem, program = parse_submission(ground_truth, response, mode)
     if program is None:
         return outcome.all_or_nothing(outcome.NO_ANSWER, None)
@@ -319,6 +321,7 @@ def score_code(
         files=files,
         limits=sandbox_limits,
         on_line=on_line,
+        started=started,
     )
     if header.get("COMPILE_ERROR"):
         return outcome.Verdict(outcome.RUNTIME_ERROR, program, 0.0, 0.0)

@@ -9,6 +9,7 @@ Timeouts and worker failures are never cached (they depend on load, not on the p
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 
 from reward import outcome
@@ -70,7 +71,12 @@ def _shown(pred: str) -> str:
 
 
 def score_math(response: str, ground_truth: object, *, timeout_s: float, workers: int | None = None) -> outcome.Verdict:
-    """Grade one math response against its reference answer (all-or-nothing)."""
+    """Grade one math response against its reference answer (all-or-nothing).
+
+    ``timeout_s`` bounds the whole call, counted from its start (waiting for a
+    math-verify worker included); past it the verdict is ``timeout``.
+    """
+    started = time.monotonic()
     gold = gold_answer(ground_truth)
     pred = extract_answer(response)
     if pred is None:
@@ -81,7 +87,7 @@ def score_math(response: str, ground_truth: object, *, timeout_s: float, workers
     cached = verdict_cache.get((gold, pred))
     if cached is not None:
         return outcome.all_or_nothing(outcome.CORRECT if cached else outcome.WRONG_ANSWER, _shown(pred))
-    comparison = get_default_pool(workers).compare(gold, pred, timeout_s)
+    comparison = get_default_pool(workers).compare(gold, pred, timeout_s, started=started)
     if comparison.status in ("equal", "different"):
         equal = comparison.status == "equal"
         verdict_cache.put((gold, pred), equal)

@@ -1,18 +1,24 @@
-"""A pool of math-verify worker processes with a hard wall-clock limit per comparison.
+"""A pool of math-verify worker processes with a hard wall-clock limit per call.
 
 Why a process pool: math-verify bounds its own work with ``signal.alarm``, which only
 works on the main thread (verl calls reward functions from executor threads) and cannot
-interrupt long C-level arithmetic.  Here every comparison runs in a worker process
-(:mod:`reward.math_verify_worker`); the calling thread waits for the reply at most
-``limit_s`` seconds and otherwise kills the worker's process group and starts a
-replacement, so the pool never shrinks or wedges (verl 0.9.1's own pool returns 0.0
-forever once a worker dies and never stops timed-out work).
+interrupt long C-level arithmetic.  Here every comparison runs in a worker process.
 
-Workers are started with ``subprocess`` by file path (no ``fork`` of a threaded parent, no
-re-import of the parent's ``__main__``), lazily on first use, at most ``size`` of them.
-A killed worker's replacement is launched at once so its start-up overlaps other work.
-Workers exit on their own when the parent goes away (EOF on their request pipe, or the
-per-request CPU limit if they were busy); :func:`atexit` kills any that remain.
+A call's ``limit_s`` counts from the call's start: waiting for a free worker and the
+comparison itself both come out of it, so a call returns within ``limit_s`` however many
+threads call at once.  A worker still computing at the deadline is killed and the pool
+goes on without it (verl 0.9.1's own pool returns 0.0 forever once a worker dies and never
+stops timed-out work).
+
+Workers are forked from a warm fork server (:mod:`reward.math_verify_worker`) that
+imported math-verify once, so a new worker is ready in milliseconds.  Hence a killed
+worker costs nothing to replace, and when every worker is stuck on slow comparisons a
+caller that has waited :data:`SURGE_AFTER_S` gets an extra worker (up to ``max_size``),
+so hostile answers cannot starve ordinary ones into timeouts.  Extra workers are retired
+when they come back idle.  The server is started by ``subprocess`` by file path (no fork
+of a threaded parent, no re-import of the parent's ``__main__``), lazily on first use;
+everything exits when the parent goes away (EOF on the sockets, or the per-request CPU
+limit if busy), and :func:`atexit` kills what remains.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import json
 import os
 import select
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -34,20 +41,24 @@ from typing import Literal
 WORKER_PATH = Path(__file__).with_name("math_verify_worker.py")
 DEFAULT_MEMORY_LIMIT_BYTES = 3 << 30
 DEFAULT_STARTUP_TIMEOUT_S = 120.0
+SURGE_AFTER_S = 0.25
+"""A caller that has waited this long for a busy pool may fork an extra worker."""
+FORK_REPLY_TIMEOUT_S = 30.0
 _HEADER = struct.Struct(">I")
 _MAX_REPLY_BYTES = 1 << 20
 
 
 class WorkerStartupError(RuntimeError):
-    """A math-verify worker could not start (math-verify missing, interpreter broken...)."""
+    """The math-verify fork server could not start (math-verify missing, interpreter broken...)."""
 
 
 @dataclass(frozen=True)
 class Comparison:
     """Outcome of one gold/prediction comparison.
 
-    ``status``: ``equal``, ``different``, ``timeout`` (the worker overran ``limit_s`` and was
-    killed, or math-verify's own alarm fired) or ``error`` (the worker died).
+    ``status``: ``equal``, ``different``, ``timeout`` (no answer within ``limit_s`` of the
+    call's start: the worker was killed, or math-verify's own alarm fired, or no worker
+    was free in time) or ``error`` (the worker died).
     """
 
     status: Literal["equal", "different", "timeout", "error"]
@@ -62,88 +73,142 @@ class _WorkerGone(Exception):
     pass
 
 
-class _Worker:
-    """One worker process and its two pipes."""
+class _ServerGone(Exception):
+    pass
 
-    def __init__(self, memory_limit_bytes: int) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, str(WORKER_PATH), str(memory_limit_bytes)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            bufsize=0,
-            close_fds=True,
-            start_new_session=True,  # own process group: killed as a unit, deaf to the terminal's Ctrl-C
-        )
-        self.ready = False
+
+def _wait_readable(fd: int, deadline: float) -> None:
+    remaining = deadline - time.monotonic()
+    if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+        raise _Deadline()
+
+
+class _Worker:
+    """One forked worker: its pid (held as a pidfd, safe against pid reuse) and its socket."""
+
+    def __init__(self, pid: int, sock: socket.socket) -> None:
+        self.pid, self.sock = pid, sock
+        self._buffer = bytearray()
+        try:
+            self._pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            self._pidfd = -1  # already gone: the first send or receive reports it
 
     def send(self, message: dict) -> None:
         payload = json.dumps(message).encode()
-        assert self.process.stdin is not None
-        self.process.stdin.write(_HEADER.pack(len(payload)) + payload)
+        self.sock.sendall(_HEADER.pack(len(payload)) + payload)
 
     def receive(self, deadline: float) -> dict:
-        header = self._read_exact(_HEADER.size, deadline)
-        (length,) = _HEADER.unpack(header)
+        (length,) = _HEADER.unpack(self._read_exact(_HEADER.size, deadline))
         if length > _MAX_REPLY_BYTES:
             raise _WorkerGone(f"reply of {length} bytes exceeds {_MAX_REPLY_BYTES}")
         return json.loads(self._read_exact(length, deadline))
 
     def _read_exact(self, n: int, deadline: float) -> bytes:
-        assert self.process.stdout is not None
-        fd = self.process.stdout.fileno()
-        poller = select.poll()
-        poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
-        chunks: list[bytes] = []
-        while n:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise _Deadline()
-            if not poller.poll(remaining * 1000.0):
-                raise _Deadline()
-            chunk = os.read(fd, n)
+        while len(self._buffer) < n:
+            _wait_readable(self.sock.fileno(), deadline)
+            chunk = self.sock.recv(max(n - len(self._buffer), 1 << 16))
             if not chunk:
-                raise _WorkerGone(f"worker exited with code {self.process.poll()}")
-            chunks.append(chunk)
-            n -= len(chunk)
-        return b"".join(chunks)
+                raise _WorkerGone("worker exited")
+            self._buffer += chunk
+        data = bytes(self._buffer[:n])
+        del self._buffer[:n]
+        return data
 
-    def wait_ready(self, timeout_s: float) -> None:
+    def kill(self) -> None:
+        if self._pidfd >= 0:
+            try:
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            os.close(self._pidfd)
+            self._pidfd = -1
+        self.sock.close()
+
+
+class _Server:
+    """The fork server process and its control socket (one fork request at a time)."""
+
+    def __init__(self, memory_limit_bytes: int) -> None:
+        ours, theirs = socket.socketpair()
         try:
-            reply = self.receive(time.monotonic() + timeout_s)
-        except _Deadline as error:
-            raise WorkerStartupError(
-                f"math-verify worker {WORKER_PATH} did not become ready within {timeout_s:.0f} s"
-            ) from error
-        except _WorkerGone as error:
-            raise WorkerStartupError(
-                f"math-verify worker {WORKER_PATH} exited during start-up ({error}); its error is on stderr "
-                f"above. Check that `{sys.executable} -c 'import math_verify'` works (pip install math-verify==0.9.0)"
-            ) from error
-        if reply.get("status") != "ready":
-            raise WorkerStartupError(f"math-verify worker sent {reply!r} instead of a ready message")
-        self.ready = True
+            self.process = subprocess.Popen(
+                [sys.executable, str(WORKER_PATH), str(memory_limit_bytes), str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                close_fds=True,
+                start_new_session=True,  # own process group, deaf to the terminal's Ctrl-C
+            )
+        except OSError as error:
+            ours.close()
+            raise WorkerStartupError(f"cannot start {sys.executable} {WORKER_PATH}: {error}") from error
+        finally:
+            theirs.close()
+        self.sock = ours
+        self.started_at = time.monotonic()
+        self.ready = False
+        self.lock = threading.Lock()
+
+    def fork_worker(self, deadline: float, startup_timeout_s: float) -> _Worker:
+        """A new ready worker.  ``_Deadline``: the server is still importing at ``deadline``."""
+        if not self.lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise _Deadline()
+        try:
+            if not self.ready:
+                give_up = self.started_at + startup_timeout_s
+                try:
+                    _wait_readable(self.sock.fileno(), min(deadline, give_up))
+                except _Deadline:
+                    if time.monotonic() < give_up:
+                        raise
+                    raise WorkerStartupError(
+                        f"the math-verify server {WORKER_PATH} did not become ready within {startup_timeout_s:.0f} s"
+                    ) from None
+                if self.sock.recv(1) != b"R":
+                    raise WorkerStartupError(
+                        f"the math-verify server {WORKER_PATH} exited during start-up (exit code "
+                        f"{self.process.poll()}); its error is on stderr above. Check that "
+                        f"`{sys.executable} -c 'import math_verify'` works (pip install math-verify==0.9.0)"
+                    )
+                self.ready = True
+            try:
+                self.sock.sendall(b"F")
+                _wait_readable(self.sock.fileno(), time.monotonic() + FORK_REPLY_TIMEOUT_S)
+                message, fds, _, _ = socket.recv_fds(self.sock, _HEADER.size, 1)
+            except (OSError, _Deadline) as error:
+                raise _ServerGone(str(error) or type(error).__name__) from error
+            if len(message) != _HEADER.size:
+                for fd in fds:
+                    os.close(fd)
+                raise _ServerGone(f"exit code {self.process.poll()}")
+            (pid,) = _HEADER.unpack(message)
+            if pid == 0 or len(fds) != 1:
+                for fd in fds:
+                    os.close(fd)
+                raise WorkerStartupError("the math-verify server could not fork a worker (out of processes or memory)")
+            return _Worker(pid, socket.socket(fileno=fds[0]))
+        finally:
+            self.lock.release()
 
     def kill(self) -> None:
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        for pipe in (self.process.stdin, self.process.stdout):
-            try:
-                if pipe is not None:
-                    pipe.close()
-            except OSError:
-                pass
+        self.sock.close()
         self.process.wait()
 
 
 class MathVerifyPool:
-    """Thread-safe pool of at most ``size`` math-verify workers.
+    """Thread-safe pool of math-verify workers: ``size`` kept, up to ``max_size`` under load.
 
     Args:
-        size: maximum number of worker processes (concurrent comparisons).
-        memory_limit_bytes: address-space limit of each worker.
-        startup_timeout_s: how long a caller waits for a fresh worker's imports.
+        size: worker processes kept (concurrent comparisons in normal operation).
+        memory_limit_bytes: address-space limit of the server and of each worker.
+        startup_timeout_s: how long the server may take to import math-verify before that
+            is reported as an error (callers meanwhile get ``timeout`` at their own limit).
+        max_size: most workers at once, extra ones included (default ``max(3 * size, 8)``).
     """
 
     def __init__(
@@ -151,42 +216,55 @@ class MathVerifyPool:
         size: int,
         memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES,
         startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
+        max_size: int | None = None,
     ) -> None:
         if size < 1:
             raise ValueError(f"math-verify pool size must be at least 1, got {size}")
         self.size = size
+        self.max_size = max(size, max_size if max_size is not None else max(3 * size, 8))
         self._memory_limit_bytes = memory_limit_bytes
         self._startup_timeout_s = startup_timeout_s
         self._condition = threading.Condition()
         self._idle: list[_Worker] = []
         self._all: set[_Worker] = set()
+        self._forking = 0
+        self._server: _Server | None = None
         self._closed = False
         self.started = 0
-        """Number of worker processes started so far (replacements included)."""
+        """Number of workers forked so far (replacements and extra ones included)."""
         self.killed = 0
         """Number of workers killed for overrunning their limit or dying."""
 
-    def compare(self, gold: str, pred: str, limit_s: float) -> Comparison:
-        """Compare with math-verify; never takes much longer than ``limit_s`` once a worker is ready."""
+    def compare(self, gold: str, pred: str, limit_s: float, *, started: float | None = None) -> Comparison:
+        """Compare with math-verify, returning within ``limit_s`` of ``started`` (default: now).
+
+        ``started`` is the ``time.monotonic()`` at which the caller's call began, so time the
+        caller already spent counts too.  A call that gets no answer in time returns ``timeout``.
+        """
         if limit_s <= 0:
             raise ValueError(f"limit_s must be positive, got {limit_s}")
+        deadline = (time.monotonic() if started is None else started) + limit_s
         for attempt in range(2):
-            worker = self._acquire()
+            worker = self._acquire(deadline)
+            if worker is None:
+                return Comparison("timeout", f"no math-verify worker was ready within {limit_s:g} s")
             healthy = False
             try:
-                if not worker.ready:
-                    worker.wait_ready(self._startup_timeout_s)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    healthy = True
+                    return Comparison("timeout", f"no math-verify worker was ready within {limit_s:g} s")
                 try:
-                    worker.send({"gold": gold, "pred": pred, "limit_s": limit_s})
-                except (BrokenPipeError, ConnectionResetError):
+                    worker.send({"gold": gold, "pred": pred, "limit_s": remaining})
+                except OSError:
                     if attempt == 0:
                         continue  # died while idle (e.g. the OOM killer): retry once on a fresh worker
                     return Comparison("error", "math-verify worker died before reading the request")
                 try:
-                    reply = worker.receive(time.monotonic() + limit_s)
+                    reply = worker.receive(deadline)
                 except _Deadline:
-                    return Comparison("timeout", f"killed after {limit_s:g} s")
-                except _WorkerGone as error:
+                    return Comparison("timeout", f"killed at the {limit_s:g} s limit")
+                except (_WorkerGone, OSError) as error:
                     return Comparison("error", f"math-verify worker died: {error}")
                 healthy = True
                 return Comparison(reply["status"], reply.get("detail", ""))
@@ -194,62 +272,86 @@ class MathVerifyPool:
                 self._release(worker, healthy)
         raise AssertionError("unreachable")
 
-    def _acquire(self) -> _Worker:
+    def _acquire(self, deadline: float) -> _Worker | None:
+        """An idle worker or a newly forked one; ``None`` once ``deadline`` passes."""
+        waiting_since = time.monotonic()
         with self._condition:
             while True:
                 if self._closed:
                     raise RuntimeError("the math-verify pool is closed")
                 if self._idle:
                     return self._idle.pop()
-                if len(self._all) < self.size:
-                    worker = self._start_worker()
-                    return worker
-                self._condition.wait()
-
-    def _start_worker(self) -> _Worker:
-        """Start a worker; the caller holds the lock."""
+                now = time.monotonic()
+                surge = now - waiting_since >= SURGE_AFTER_S
+                if len(self._all) + self._forking < (self.max_size if surge else self.size):
+                    self._forking += 1
+                    break
+                if now >= deadline:
+                    return None
+                wake = deadline if surge else min(deadline, waiting_since + SURGE_AFTER_S)
+                self._condition.wait(max(0.0, wake - now))
+        worker = None
         try:
-            worker = _Worker(self._memory_limit_bytes)
-        except OSError as error:
-            raise WorkerStartupError(f"cannot start {sys.executable} {WORKER_PATH}: {error}") from error
-        self._all.add(worker)
-        self.started += 1
+            worker = self._fork(deadline)
+        finally:
+            with self._condition:
+                self._forking -= 1
+                if worker is not None:
+                    self._all.add(worker)
+                    self.started += 1
+                self._condition.notify()
         return worker
 
-    def _release(self, worker: _Worker, healthy: bool) -> None:
-        if healthy:
+    def _fork(self, deadline: float) -> _Worker | None:
+        """Fork a worker from the server (started or restarted as needed); ``None`` at the deadline."""
+        for _ in range(2):
             with self._condition:
-                if not self._closed:
-                    self._idle.append(worker)
-                    self._condition.notify()
-                    return
-        worker.kill()
+                if self._server is None or self._server.process.poll() is not None:
+                    if self._server is not None:
+                        self._server.kill()
+                    self._server = _Server(self._memory_limit_bytes)
+                server = self._server
+            try:
+                return server.fork_worker(deadline, self._startup_timeout_s)
+            except _Deadline:
+                return None
+            except _ServerGone:
+                with self._condition:
+                    if self._server is server:
+                        self._server = None
+                server.kill()
+        raise WorkerStartupError(f"the math-verify server {WORKER_PATH} keeps exiting; its error is on stderr above")
+
+    def _release(self, worker: _Worker, healthy: bool) -> None:
         with self._condition:
-            self._all.discard(worker)
+            if healthy and not self._closed and len(self._all) <= self.size:
+                self._idle.append(worker)
+                self._condition.notify()
+                return
+            self._all.discard(worker)  # killed, or an extra worker retired
             if not healthy:
                 self.killed += 1
-            if not self._closed and len(self._all) < self.size:
-                try:  # start the replacement now so its imports overlap other work
-                    self._idle.append(self._start_worker())
-                except WorkerStartupError:
-                    pass  # the next caller that needs a worker reports the failure
             self._condition.notify()
+        worker.kill()
 
     def worker_pids(self) -> list[int]:
         """Process ids of the live workers (for tests and diagnostics)."""
         with self._condition:
-            return [worker.process.pid for worker in self._all]
+            return [worker.pid for worker in self._all]
 
     def close(self) -> None:
-        """Kill every worker; idempotent.  A closed pool refuses new comparisons."""
+        """Kill every worker and the server; idempotent.  A closed pool refuses new comparisons."""
         with self._condition:
             self._closed = True
             workers = list(self._all)
             self._all.clear()
             self._idle.clear()
+            server, self._server = self._server, None
             self._condition.notify_all()
         for worker in workers:
             worker.kill()
+        if server is not None:
+            server.kill()
 
 
 _default_pool: MathVerifyPool | None = None

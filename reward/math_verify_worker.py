@@ -1,30 +1,40 @@
-"""The math-verify worker process: reads requests on stdin, answers on stdout.
+"""The math-verify fork server and its workers.
 
-Run by :mod:`reward.math_verify_pool` as ``python <this file>`` (by path, so no package
-import and no re-import of the parent's ``__main__``).  It runs in the process's main
-thread, where math-verify's ``signal.alarm`` timeouts work; the parent additionally
-enforces a hard wall-clock limit by killing this process, since an alarm cannot interrupt
-long C-level arithmetic (``9^{9^{9^9}}``).
+Run by :mod:`reward.math_verify_pool` as ``python <this file> <memory limit> <control fd>``
+(by path, so no package import and no re-import of the parent's ``__main__``).  This
+process imports math-verify and warms it up once, sends one byte ``R`` (ready) on the
+control socket, and then, for each byte ``F`` it receives there, forks a worker: a
+process that is ready at once (the imports are already done), talks to the pool over its
+own socket pair (the pool's end is passed back with ``SCM_RIGHTS``, after the worker's
+pid as 4 big-endian bytes), and answers requests until its socket closes.  Forking from a
+warm process costs milliseconds, so a killed worker is replaced at once and the pool can
+add workers under load without paying math-verify's import time (seconds) again.
 
-Wire format, both directions: a 4-byte big-endian length, then that many bytes of UTF-8
-JSON.  Request ``{"gold": str, "pred": str, "limit_s": float}``; reply
-``{"status": "equal" | "different" | "timeout" | "error", "detail": str}``.  On start-up
-the worker sends ``{"status": "ready"}`` once math-verify is imported and warmed up.
+A worker runs in its process's main thread, where math-verify's ``signal.alarm``
+timeouts work; the pool additionally enforces a hard wall-clock limit by killing the
+worker, since an alarm cannot interrupt long C-level arithmetic (``9^{9^{9^9}}``).
+
+Worker wire format, both directions: a 4-byte big-endian length, then that many bytes of
+UTF-8 JSON.  Request ``{"gold": str, "pred": str, "limit_s": float}``; reply
+``{"status": "equal" | "different" | "timeout" | "error", "detail": str}``.
 
 Self-imposed limits (this code is trusted; the inputs are not): an address-space limit so
 a sympy blow-up raises MemoryError instead of exhausting the host, and before every
 request a CPU-time limit of the request's budget, so that a worker orphaned mid-request
-(parent killed) still ends within seconds.
+(pool gone) still ends within seconds.  The server exits when the control socket closes;
+a worker exits when its socket closes.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import math
 import os
 import resource
 import signal
+import socket
 import struct
 import sys
 
@@ -60,13 +70,55 @@ def _limit_cpu_for_next_request(limit_s: float) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
 
 
+def _serve(fd: int, compare) -> int:
+    """A worker's request loop on socket ``fd``; returns when the pool closes it."""
+    while True:
+        header = _read_exact(fd, _HEADER.size)
+        if header is None:
+            return 0  # the pool closed the socket: exit quietly
+        payload = _read_exact(fd, _HEADER.unpack(header)[0])
+        if payload is None:
+            return 0
+        request = json.loads(payload)
+        limit_s = float(request["limit_s"])
+        _limit_cpu_for_next_request(limit_s)
+        internal_timeout = max(1, int(limit_s))  # signal.alarm has whole-second resolution
+        _send(fd, compare(request["gold"], request["pred"], internal_timeout))
+
+
+def _fork_worker(control: socket.socket, compare) -> None:
+    """Fork one worker and pass the pool its pid and its end of the worker's socket."""
+    pool_end, worker_end = socket.socketpair()
+    try:
+        pid = os.fork()
+    except OSError:
+        pool_end.close()
+        worker_end.close()
+        control.sendall(struct.pack(">I", 0))  # pid 0: no worker (the pool reports the failure)
+        return
+    if pid == 0:
+        status = 1
+        try:
+            control.close()
+            pool_end.close()
+            os.setpgid(0, 0)  # its own process group: the pool kills it as a unit
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            status = _serve(worker_end.fileno(), compare)
+        finally:
+            os._exit(status)
+    worker_end.close()
+    socket.send_fds(control, [struct.pack(">I", pid)], [pool_end.fileno()])
+    pool_end.close()
+
+
 def main() -> int:
-    memory_limit = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+    memory_limit, control_fd = int(sys.argv[1]), int(sys.argv[2])
     if memory_limit > 0:
         resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
-    # Keep the protocol pipes private: anything a library prints goes to stderr instead.
-    requests_fd, replies_fd = os.dup(0), os.dup(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the pool decides when we stop
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped by the kernel
+    control = socket.socket(fileno=control_fd)
+    # Anything a library prints goes to stderr, never into a protocol socket.
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
@@ -96,20 +148,15 @@ def main() -> int:
             return {"status": "different", "detail": f"{type(error).__name__}: {error}"[:500]}
         return {"status": "equal" if equal else "different", "detail": ""}
 
-    compare("1", "\\frac{2}{2}", 5)  # pay the first-call cost before announcing readiness
-    _send(replies_fd, {"status": "ready"})
+    for gold, pred in (("1", "\\frac{2}{2}"), ("\\sqrt{8}", "2\\sqrt{2}"), ("(1, 2]", "(1,2]")):
+        compare(gold, pred, 5)  # pay the first-call costs once, before any worker is forked
+    gc.freeze()  # keep the warm objects out of collections: fewer copy-on-write page copies per worker
+    control.sendall(b"R")
     while True:
-        header = _read_exact(requests_fd, _HEADER.size)
-        if header is None:
-            return 0  # parent closed the pipe: exit quietly
-        payload = _read_exact(requests_fd, _HEADER.unpack(header)[0])
-        if payload is None:
-            return 0
-        request = json.loads(payload)
-        limit_s = float(request["limit_s"])
-        _limit_cpu_for_next_request(limit_s)
-        internal_timeout = max(1, int(limit_s))  # signal.alarm has whole-second resolution
-        _send(replies_fd, compare(request["gold"], request["pred"], internal_timeout))
+        command = control.recv(1)
+        if not command:
+            return 0  # the pool went away
+        _fork_worker(control, compare)
 
 
 if __name__ == "__main__":

@@ -191,8 +191,8 @@ class _UidLeases:
         self.recent: list[int] = []
         """The last uids this process leased (for tests and diagnostics)."""
 
-    def acquire(self) -> tuple[int, int]:
-        """(uid, lock fd); waits while all ``count`` uids are leased."""
+    def acquire(self, deadline: float | None = None) -> tuple[int, int] | None:
+        """(uid, lock fd); waits while all ``count`` uids are leased, until ``deadline`` (then None)."""
         while True:
             with self._guard:
                 start = self._next
@@ -208,6 +208,8 @@ class _UidLeases:
                 with self._guard:
                     self.recent = (self.recent + [uid])[-256:]
                 return uid, fd
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
             time.sleep(0.01)
 
     @staticmethod
@@ -216,16 +218,16 @@ class _UidLeases:
 
 
 class Sandbox:
-    """Runs commands at one isolation level; thread-safe, at most 64 runs at a time."""
+    """Runs commands at one isolation level; thread-safe, at most ``max_runs`` runs at a time."""
 
-    def __init__(self, level: str, interpreter: str | None = None) -> None:
+    def __init__(self, level: str, interpreter: str | None = None, max_runs: int = MAX_CONCURRENT_RUNS) -> None:
         if level not in LEVELS:
             raise ValueError(f"unknown isolation level {level!r}; choose one of {LEVELS}")
         self.level = level
         self.interpreter = interpreter or _find_interpreter()
         self.is_root = os.geteuid() == 0
         self._uids = _UidLeases(_uid_base(), UID_COUNT, _uid_lock_dir()) if self.is_root else None
-        self._concurrency = threading.BoundedSemaphore(MAX_CONCURRENT_RUNS)
+        self._concurrency = threading.BoundedSemaphore(max_runs)
         self._prlimit = shutil.which("prlimit") or "/usr/bin/prlimit"
         if not os.access(self._prlimit, os.X_OK):
             raise SandboxUnavailable("prlimit (util-linux) is missing; run scripts/install_system_deps.sh")
@@ -318,6 +320,7 @@ class Sandbox:
         limits: Limits = DEFAULT_LIMITS,
         stdin: bytes | None = None,
         on_line: Callable[[bytes], bool] | None = None,
+        started: float | None = None,
     ) -> RunResult:
         """Run ``argv`` (first element ``"python"`` means the sandbox interpreter) in a fresh directory.
 
@@ -328,19 +331,28 @@ class Sandbox:
             stdin: bytes fed on standard input (from a file, so no pipe deadlock).
             on_line: called with each complete stdout line while the run goes on; returning
                 ``False`` stops the run (``stopped_early``).
+            started: the ``time.monotonic()`` at which the caller's call began (default: now).
+                ``limits.wall_s`` counts from it, waiting for a free run slot or uid included:
+                a run that cannot start before then returns ``timed_out`` without running.
         """
         argv = [self.interpreter if argv and argv[0] == "python" else argv[0], *argv[1:]] if argv else argv
         if not argv:
             raise ValueError("empty command")
-        with self._concurrency:
-            uid, lease = self._uids.acquire() if self._uids is not None else (None, -1)
+        begun = time.monotonic() if started is None else started
+        deadline = begun + limits.wall_s
+        if not self._concurrency.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            return RunResult(None, b"", b"", timed_out=True, wall_s=time.monotonic() - begun)
+        try:
+            lease_held = self._uids.acquire(deadline) if self._uids is not None else (None, -1)
+            if lease_held is None:
+                return RunResult(None, b"", b"", timed_out=True, wall_s=time.monotonic() - begun)
+            uid, lease = lease_held
             workdir = tempfile.mkdtemp(prefix=f"reward-sandbox-{os.getpid()}-")
             try:
                 self._prepare_workdir(workdir, files or {}, stdin, uid)
                 command, popen = self._command(argv, limits, workdir, uid)
                 stdin_handle = open(os.path.join(workdir, ".stdin"), "rb") if stdin is not None else subprocess.DEVNULL
                 try:
-                    started = time.monotonic()
                     process = subprocess.Popen(
                         command,
                         stdin=stdin_handle,
@@ -354,7 +366,7 @@ class Sandbox:
                         stdin_handle.close()
                 result = None
                 try:
-                    result = _collect(process, started + limits.wall_s, limits.output_bytes, on_line)
+                    result = _collect(process, deadline, limits.output_bytes, on_line)
                 finally:
                     finished = result is not None and not (
                         result.timed_out or result.output_truncated or result.stopped_early
@@ -363,7 +375,7 @@ class Sandbox:
                     if self.level == "rlimits" and uid is not None:
                         _kill_uid(uid)
                 result.returncode = process.returncode
-                result.wall_s = time.monotonic() - started
+                result.wall_s = time.monotonic() - begun
                 return result
             finally:
                 _remove_tree(workdir)
@@ -371,6 +383,8 @@ class Sandbox:
                     if self.level == "rlimits":
                         _kill_uid(uid)
                     self._uids.release(lease)
+        finally:
+            self._concurrency.release()
 
     def _end(self, process: subprocess.Popen, finished: bool) -> None:
         """Make sure nothing of the run survives, and let the launcher reap its own children.
