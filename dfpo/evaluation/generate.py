@@ -25,7 +25,7 @@ from dfpo.evaluation.backends import BACKEND_NAMES, Completion, GenerationBacken
 from dfpo.evaluation.problems import EvalProblem, file_sha256, load_problems
 from dfpo.evaluation.run_store import RunStore, read_samples
 from dfpo.evaluation.sampling import PRESETS, derive_seed, preset
-from dfpo.evaluation.scoring import DEFAULT_SCORER, ParallelScorer, ScoreJob
+from dfpo.evaluation.scoring import DEFAULT_SCORER, ParallelScorer, ScoreJob, scorer_version
 from dfpo.evaluation.summary import summarize
 
 
@@ -169,6 +169,11 @@ def build_parser() -> argparse.ArgumentParser:
     vllm_group.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     vllm_group.add_argument("--max-model-len", type=int, help="prompt + response budget (default: the model's)")
     vllm_group.add_argument("--enforce-eager", action="store_true")
+    vllm_group.add_argument(
+        "--batch-invariant",
+        action="store_true",
+        help="set VLLM_BATCH_INVARIANT=1: outputs independent of batching (reproducible per sample seed; slower)",
+    )
     hf_group = parser.add_argument_group("transformers backend")
     hf_group.add_argument("--device", default="auto")
     hf_group.add_argument("--sample-batch-size", type=int, help="samples generated together (default: all k)")
@@ -197,10 +202,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         sampling = dataclasses.replace(sampling, top_k=top_k)
     problems: list[EvalProblem] = []
     data_info = []
+    data_by_source: dict[str, list[str]] = {}
     for path in args.data:
         path = Path(path).expanduser()
         loaded = load_problems(path, limit=args.limit)
-        data_info.append({"path": str(path.resolve()), "sha256": file_sha256(path), "rows": len(loaded)})
+        digest = file_sha256(path)
+        data_info.append({"path": str(path.resolve()), "sha256": digest, "rows": len(loaded)})
+        for source in dict.fromkeys(p.data_source for p in loaded):
+            data_by_source.setdefault(source, []).append(digest)
         problems.extend(loaded)
     ids = [p.problem_id for p in problems]
     if len(set(ids)) != len(ids):
@@ -214,6 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "dtype": args.dtype,
             "trust_remote_code": args.trust_remote_code,
             "enforce_eager": args.enforce_eager,
+            "batch_invariant": args.batch_invariant,
         }
         chunk_size = args.chunk_size or 64
     else:
@@ -238,7 +248,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "k": args.k,
             "seed": args.seed,
             "scorer": {"function": scorer.name, "kwargs": scorer.kwargs},
+            "scorer_version": scorer_version(args.scorer),
             "n_problems": len(problems),
+            "data_by_source": data_by_source,
         }
         store = RunStore(args.output_dir, manifest, overwrite=args.overwrite)
         summary = run_evaluation(

@@ -48,7 +48,7 @@ def accuracy_bars(results: ReportResults, model: str, path: Path) -> Path:
         label = f"{method} (baseline)" if method == results.config.baseline else method
         ax.bar(xs, means, width=width * 0.95, yerr=[lows, highs], capsize=3, label=label)
     ax.set_xticks(range(n_b), [title for _, title in results.benchmarks])
-    ks = sorted({c.k for c in results.cells.values() if c.model == model})
+    ks = sorted({k for c in results.cells.values() if c.model == model for k in c.ks})
     ax.set_ylabel(f"avg@{ks[0] if len(ks) == 1 else 'k'} (%)")
     ax.set_title(f"{model}: mean over seeds, {100 * results.settings.level:.0f}% bootstrap CI")
     ax.legend(fontsize=8, loc="best")

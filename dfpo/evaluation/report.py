@@ -4,15 +4,23 @@
 
 Writes into ``--output-dir``:
 
-* ``table1.md`` / ``table1.tex``: mean over seeds ± 95% bootstrap CI per model, method, benchmark;
+* ``table1.md`` / ``table1.tex``: mean over seeds ± 95% bootstrap CI per model, method, benchmark,
+  with a dagger on cells significantly better than the baseline (``--alpha``, ``--correction``);
+* ``table1_details.md`` / ``table1_details.tex``: avg@k, pass@k, mean response length, truncation;
 * ``paired_tests.md`` / ``paired_tests.tex``: each method minus the baseline, CI and p-value;
-* ``group_size.md`` / ``group_size.tex``: method minus baseline per group size G;
-* ``report.json``: every number above, with seeds, problem counts, k, lengths, truncation;
+* ``group_size.md`` / ``group_size.tex``: method minus baseline per group size G, with p-values;
+* ``report.json``: every number above, with seeds, problem counts, k, lengths, truncation, and
+  each run's evaluation settings per benchmark (data hash, sampling, k, scorer, backend);
 * ``compute_to_threshold.md`` (with ``--reward-threshold``): training steps and tokens until the
   smoothed reward reaches the threshold, and the ratio to the baseline (see training_efficiency.py);
 * ``accuracy_<model>.png``, ``group_size_<model>.png``, ``training_curves_<model>.png``.
 
-The runs file format is documented in ``report_inputs.py``.
+The runs file format is documented in ``report_inputs.py``. The report refuses inputs that
+would mislead (``report_results.py``): runs of one model and benchmark evaluated with other
+settings (unless ``--accept-mismatched-settings``), a seed missing a benchmark its siblings
+have (unless ``--allow-incomplete``), one evaluation directory given to two runs, malformed or
+out-of-range samples, and ``--resample seeds`` with a single seed (every replicate would equal
+the observed difference).
 """
 
 from __future__ import annotations
@@ -28,29 +36,71 @@ from typing import Any
 
 from dfpo.evaluation import plots, tables
 from dfpo.evaluation.report_inputs import ReportConfig, load_report_config
-from dfpo.evaluation.report_results import BootstrapSettings, ReportResults, compute_results
+from dfpo.evaluation.report_results import (
+    CORRECTIONS,
+    BootstrapSettings,
+    ReportResults,
+    SignificanceSettings,
+    compute_results,
+)
 from dfpo.evaluation.stats import RESAMPLE_AXES
 from dfpo.evaluation.training_efficiency import efficiency_markdown, efficiency_rows
 from dfpo.evaluation.verl_logs import REWARD_KEY, TrainingLog, curve_keys, read_training_log
 
 
+def _ci(c) -> dict[str, float]:
+    return {"estimate": c.estimate, "low": c.low, "high": c.high, "level": c.level}
+
+
+def _comparison_json(results: ReportResults, c) -> dict[str, Any]:
+    return {
+        "model": c.model,
+        "method": c.method,
+        "baseline": c.baseline,
+        "data_source": c.benchmark,
+        "delta": _ci(c.test.delta),
+        "p_value": c.test.p_value,
+        "p_adjusted": c.p_adjusted,
+        "significantly_better": c.better(results.significance.alpha),
+        "seeds": c.seeds,
+        "n_problems": c.test.n_problems,
+    }
+
+
+def _runs_json(results: ReportResults) -> list[dict[str, Any]]:
+    """Each run with, per benchmark, its evaluation directory, k and compared settings."""
+    return [
+        {
+            "model": run.model,
+            "method": run.method,
+            "seed": run.seed,
+            "group_size": run.group_size,
+            "entry": run.where,
+            "benchmarks": {
+                source: {"eval_dir": str(b.eval_dir), "k": b.k, "settings": b.settings}
+                for source, b in results.runs[run].items()
+            },
+        }
+        for run in results.config.runs
+    ]
+
+
 def results_json(results: ReportResults) -> dict[str, Any]:
-    """Machine-readable form of every number in the tables."""
-
-    def ci(c):
-        return {"estimate": c.estimate, "low": c.low, "high": c.high, "level": c.level}
-
+    """Machine-readable form of every number in the tables, and of the settings behind them."""
     return {
         "baseline": results.config.baseline,
         "bootstrap": dataclasses.asdict(results.settings),
+        "significance": dataclasses.asdict(results.significance),
         "benchmarks": [{"data_source": s, "title": t} for s, t in results.benchmarks],
         "table1": [
             {
                 "model": c.model,
                 "method": c.method,
                 "data_source": c.benchmark,
-                "avg_at_k": ci(c.ci),
+                "avg_at_k": _ci(c.ci),
+                "pass_at_k": c.pass_at_k,
                 "k": c.k,
+                "ks": list(c.ks),
                 "seeds": c.seeds,
                 "n_problems": c.n_problems,
                 "mean_response_tokens": c.mean_tokens,
@@ -58,32 +108,10 @@ def results_json(results: ReportResults) -> dict[str, Any]:
             }
             for c in results.cells.values()
         ],
-        "paired_tests": [
-            {
-                "model": c.model,
-                "method": c.method,
-                "baseline": c.baseline,
-                "data_source": c.benchmark,
-                "delta": ci(c.test.delta),
-                "p_value": c.test.p_value,
-                "seeds": c.seeds,
-                "n_problems": c.test.n_problems,
-            }
-            for c in results.comparisons
-        ],
-        "group_size": [
-            {
-                "model": c.model,
-                "method": c.method,
-                "baseline": c.baseline,
-                "data_source": c.benchmark,
-                "group_size": c.group_size,
-                "delta": ci(c.test.delta),
-                "p_value": c.test.p_value,
-                "seeds": c.seeds,
-            }
-            for c in results.group_size
-        ],
+        "paired_tests": [_comparison_json(results, c) for c in results.comparisons],
+        "group_size": [{**_comparison_json(results, c), "group_size": c.group_size} for c in results.group_size],
+        "runs": _runs_json(results),
+        "settings_mismatches": results.mismatches,
     }
 
 
@@ -112,14 +140,25 @@ def write_report(
     curve_metrics: Sequence[str] | None = None,
     allow_incomplete: bool = False,
     efficiency: EfficiencySettings | None = None,
+    *,
+    accept_mismatched_settings: bool = False,
+    significance: SignificanceSettings | None = None,
 ) -> list[Path]:
     """Compute everything and write the files; return their paths."""
-    results = compute_results(config, settings, allow_incomplete)
+    results = compute_results(
+        config,
+        settings,
+        allow_incomplete,
+        accept_mismatched_settings=accept_mismatched_settings,
+        significance=significance,
+    )
     output_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for name, render in [
         ("table1.md", tables.table1_markdown),
         ("table1.tex", tables.table1_latex),
+        ("table1_details.md", tables.table1_detail_markdown),
+        ("table1_details.tex", tables.table1_detail_latex),
         ("paired_tests.md", tables.paired_markdown),
         ("paired_tests.tex", tables.paired_latex),
         ("group_size.md", tables.group_size_markdown),
@@ -189,7 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--resample",
         choices=RESAMPLE_AXES,
         default="both",
-        help="what the bootstrap resamples: problems, training seeds, or both (default)",
+        help="what the bootstrap resamples: problems, training seeds, or both (default); seeds needs at "
+        "least 2 seeds per cell",
     )
     parser.add_argument("--bootstrap-seed", type=int, default=0)
     parser.add_argument(
@@ -198,7 +238,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="training-log keys to plot (default: critic/score/mean, response_length/mean, "
         "actor/entropy and every dfpo/ metric)",
     )
-    parser.add_argument("--allow-incomplete", action="store_true", help="report runs that have not finished")
+    parser.add_argument(
+        "--allow-incomplete",
+        action="store_true",
+        help="report runs that have not finished, and cells where some seeds lack a benchmark (warned)",
+    )
+    parser.add_argument(
+        "--accept-mismatched-settings",
+        action="store_true",
+        help="compare runs of one model and benchmark evaluated with different data, sampling, k, scorer or "
+        "backend (warned, and listed in report.json); refused by default",
+    )
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        default=0.01,
+        help="significance level of the paired tests; Table 1 marks cells significantly better than the "
+        "baseline (default 0.01, as in the paper)",
+    )
+    parser.add_argument(
+        "--correction",
+        choices=CORRECTIONS,
+        default="none",
+        help="multiple-comparison correction of the p-values: holm, over the methods x benchmarks of each model",
+    )
     parser.add_argument(
         "--reward-threshold",
         type=float,
@@ -218,7 +281,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     efficiency = EfficiencySettings(args.reward_threshold, args.reward_window, args.reward_key)
     written = write_report(
-        config, settings, Path(args.output_dir), args.curve_metrics, args.allow_incomplete, efficiency
+        config,
+        settings,
+        Path(args.output_dir),
+        args.curve_metrics,
+        args.allow_incomplete,
+        efficiency,
+        accept_mismatched_settings=args.accept_mismatched_settings,
+        significance=SignificanceSettings(alpha=args.alpha, correction=args.correction),
     )
     print((Path(args.output_dir) / "table1.md").read_text())
     print("wrote:\n" + "\n".join(f"  {p}" for p in written))

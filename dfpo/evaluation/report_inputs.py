@@ -1,4 +1,4 @@
-"""The report's inputs: which runs exist (a YAML/JSON file) and their per-problem accuracies.
+"""The report's runs file: which runs exist, where their evaluations are, how they group.
 
 Example ``runs.yaml`` (paths relative to the file)::
 
@@ -11,23 +11,23 @@ Example ``runs.yaml`` (paths relative to the file)::
     runs:
       - {model: Qwen3-32B, method: DFPO (Min-Replace), seed: 0, group_size: 16,
          eval: evals/qwen3_32b/dfpo_minrep_s0, train_log: logs/dfpo_minrep_s0.jsonl}
-      - {model: Qwen3-32B, method: GSPO, seed: 0, group_size: 16, eval: evals/qwen3_32b/gspo_s0}
+      # k per benchmark: one evaluation directory per generate call (AIME25/HMMT25 at k=32, LCB at k=8)
+      - {model: Qwen3-32B, method: GSPO, seed: 0, group_size: 16,
+         eval: [evals/qwen3_32b/gspo_s0_math_k32, evals/qwen3_32b/gspo_s0_lcb_k8]}
 
-``eval`` is a run directory written by ``python -m dfpo.evaluation.generate``; ``train_log``
-(optional) is verl's console capture, file-logger JSONL or TensorBoard directory. Rows and
-columns keep the order of first appearance.
+``eval`` is a run directory written by ``python -m dfpo.evaluation.generate``, or a list of
+them when the benchmarks of one trained model were sampled with different k (each directory
+has one k; two directories of a run must not share a benchmark). ``train_log`` (optional) is
+verl's console capture, file-logger JSONL or TensorBoard directory. Rows and columns keep the
+order of first appearance. Every run remembers its line in the file, so messages about a run
+(errors and warnings) point at that line.
 """
 
 from __future__ import annotations
 
-import json
-from collections import defaultdict
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import numpy as np
-
-from dfpo.evaluation.run_store import SAMPLES_FILE, read_manifest
 
 RUN_KEYS = {"model", "method", "seed", "eval", "train_log", "group_size"}
 
@@ -39,9 +39,20 @@ class RunSpec:
     model: str
     method: str
     seed: str
-    eval_dir: Path
+    eval_dirs: tuple[Path, ...]
+    """Evaluation directories of this trained model (one per k used)."""
     train_log: Path | None = None
     group_size: int | None = None
+    where: str = ""
+    """``<runs file>:<line> (runs[i])``, for messages."""
+    line: int = 0
+    """Line of the entry in the runs file (0 when unknown)."""
+
+    @property
+    def label(self) -> str:
+        """``model/method/seed s`` (and the group size when given)."""
+        size = "" if self.group_size is None else f"/G={self.group_size}"
+        return f"{self.model}/{self.method}{size}/seed {self.seed}"
 
 
 @dataclass(frozen=True)
@@ -70,19 +81,53 @@ class ReportConfig:
             return list(self.runs)
         return [r for r in self.runs if r.group_size in (None, self.table_group_size)]
 
+    def warn(self, run: RunSpec | None, message: str) -> None:
+        """A warning attributed to the runs file (at the run's line), not to the report's code."""
+        filename = str(self.source) if self.source is not None else "<runs>"
+        warnings.warn_explicit(message, UserWarning, filename, run.line if run is not None else 0)
+
+
+def _entry_lines(text: str) -> list[int]:
+    """1-based line of each ``runs`` entry (YAML and JSON files); empty when it cannot be told."""
+    import yaml
+
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError:
+        return []
+    if not isinstance(root, yaml.MappingNode):
+        return []
+    for key, value in root.value:
+        if key.value == "runs" and isinstance(value, yaml.SequenceNode):
+            return [node.start_mark.line + 1 for node in value.value]
+    return []
+
+
+def _eval_dirs(value: object, base_dir: Path, where: str) -> tuple[Path, ...]:
+    items = value if isinstance(value, list) else [value]
+    if not items or any(not isinstance(item, (str, Path)) or not str(item) for item in items):
+        raise ValueError(f"{where}: 'eval' must be a directory or a non-empty list of directories, got {value!r}")
+    dirs = tuple(base_dir / Path(str(item)).expanduser() for item in items)
+    if len({d.resolve() for d in dirs}) != len(dirs):
+        raise ValueError(f"{where}: 'eval' lists the same directory twice")
+    return dirs
+
 
 def load_report_config(path: str | Path, baseline: str | None = None) -> ReportConfig:
     """Parse and check the runs file; ``baseline`` overrides the file's."""
     import yaml
 
     path = Path(path).expanduser()
-    raw = yaml.safe_load(path.read_text())
+    text = path.read_text()
+    raw = yaml.safe_load(text)
     if not isinstance(raw, dict) or not isinstance(raw.get("runs"), list) or not raw["runs"]:
         raise ValueError(f"{path}: expected a mapping with a non-empty 'runs' list")
+    lines = _entry_lines(text)
     base_dir = path.parent
     runs = []
     for i, entry in enumerate(raw["runs"]):
-        where = f"{path} runs[{i}]"
+        line = lines[i] if i < len(lines) else 0
+        where = f"{path}:{line} (runs[{i}])" if line else f"{path} runs[{i}]"
         if not isinstance(entry, dict):
             raise ValueError(f"{where}: each run must be a mapping")
         unknown = set(entry) - RUN_KEYS
@@ -100,9 +145,11 @@ def load_report_config(path: str | Path, baseline: str | None = None) -> ReportC
                 model=str(entry["model"]),
                 method=str(entry["method"]),
                 seed=str(entry["seed"]),
-                eval_dir=(base_dir / Path(str(entry["eval"])).expanduser()),
+                eval_dirs=_eval_dirs(entry["eval"], base_dir, where),
                 train_log=None if train_log is None else (base_dir / Path(str(train_log)).expanduser()),
                 group_size=group_size,
+                where=where,
+                line=line,
             )
         )
     chosen = baseline if baseline is not None else raw.get("baseline")
@@ -123,83 +170,27 @@ def load_report_config(path: str | Path, baseline: str | None = None) -> ReportC
         table_group_size=raw.get("table_group_size"),
         source=path,
     )
-    seen: dict[tuple[str, str, str], int] = {}
-    for i, run in enumerate(config.table_runs()):
-        key = (run.model, run.method, run.seed)
-        if key in seen:
-            raise ValueError(
-                f"{path}: two Table 1 runs share model/method/seed {key}; give them group_size values and "
-                "set table_group_size to the one Table 1 should use"
-            )
-        seen[key] = i
+    _check_distinct_runs(config)
     return config
 
 
-@dataclass(frozen=True)
-class RunAccuracy:
-    """Per-problem accuracy (mean of ``acc`` over the k samples) of one run, by data_source."""
-
-    k: int
-    by_source: dict[str, dict[str, float]]
-    """data_source -> problem_id -> accuracy."""
-    mean_tokens: dict[str, float]
-    truncation: dict[str, float]
-
-
-def load_run_accuracy(run_dir: Path, allow_incomplete: bool = False) -> RunAccuracy:
-    """Read a run directory; refuse unfinished runs unless ``allow_incomplete``."""
-    manifest = read_manifest(run_dir)
-    k = int(manifest["k"])
-    path = Path(run_dir) / SAMPLES_FILE
-    sums: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    tokens: dict[str, list[float]] = defaultdict(list)
-    truncated: dict[str, list[float]] = defaultdict(list)
-    with open(path, encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.endswith("\n"):
-                raise ValueError(f"{path} line {number}: incomplete (interrupted run); resume it with generate first")
-            record = json.loads(line)
-            src = record["data_source"]
-            sums[src][record["problem_id"]].append(float(record["acc"]))
-            tokens[src].append(float(record["num_tokens"]))
-            truncated[src].append(float(record["truncated"]))
-    n_done = sum(1 for per in sums.values() for acc in per.values() if len(acc) == k)
-    short = [pid for per in sums.values() for pid, acc in per.items() if len(acc) != k]
-    if short:
-        raise ValueError(f"{path}: problems {short[:3]} do not have k={k} samples; resume the run with generate")
-    if n_done != int(manifest["n_problems"]) and not allow_incomplete:
-        raise ValueError(
-            f"{run_dir}: {n_done} of {manifest['n_problems']} problems are done; finish the run with the same "
-            "generate command (it resumes), or pass --allow-incomplete"
-        )
-    by_source = {src: {pid: float(np.mean(acc)) for pid, acc in per.items()} for src, per in sums.items()}
-    return RunAccuracy(
-        k=k,
-        by_source=by_source,
-        mean_tokens={src: float(np.mean(v)) for src, v in tokens.items()},
-        truncation={src: float(np.mean(v)) for src, v in truncated.items()},
-    )
-
-
-def accuracy_matrix(
-    runs: list[RunSpec], accuracies: dict[Path, RunAccuracy], data_source: str
-) -> tuple[list[str], list[str], np.ndarray]:
-    """(seed labels, problem ids, matrix[seed, problem]) for runs of one model and method.
-
-    Every run must cover the same problems of ``data_source``, so seeds can be compared.
-    """
-    seeds = [r.seed for r in runs]
-    problem_sets = [set(accuracies[r.eval_dir].by_source.get(data_source, {})) for r in runs]
-    if not problem_sets or not problem_sets[0]:
-        raise ValueError(f"{runs[0].eval_dir} has no problems of data_source {data_source!r}")
-    reference = problem_sets[0]
-    for run, problems in zip(runs[1:], problem_sets[1:], strict=True):
-        if problems != reference:
-            diff = sorted(reference ^ problems)
+def _check_distinct_runs(config: ReportConfig) -> None:
+    """Each evaluation directory belongs to one run; one Table 1 run per model, method and seed."""
+    owner: dict[Path, RunSpec] = {}
+    for run in config.runs:
+        for directory in run.eval_dirs:
+            first = owner.setdefault(directory.resolve(), run)
+            if first is not run:
+                raise ValueError(
+                    f"{run.where}: evaluation directory {directory} is also the evaluation of {first.where} "
+                    f"({first.label}); every run needs its own evaluation"
+                )
+    seen: set[tuple[str, str, str]] = set()
+    for run in config.table_runs():
+        key = (run.model, run.method, run.seed)
+        if key in seen:
             raise ValueError(
-                f"{run.eval_dir} and {runs[0].eval_dir} cover different {data_source!r} problems "
-                f"(e.g. {diff[:3]}); evaluate every seed on the same data"
+                f"{run.where}: two Table 1 runs share model/method/seed {key}; give them group_size values and "
+                "set table_group_size to the one Table 1 should use"
             )
-    problem_ids = sorted(reference)
-    matrix = np.array([[accuracies[r.eval_dir].by_source[data_source][p] for p in problem_ids] for r in runs])
-    return seeds, problem_ids, matrix
+        seen.add(key)

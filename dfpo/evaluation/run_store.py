@@ -2,9 +2,10 @@
 
 A run directory holds
 
-* ``run.json``: the manifest (model, data files and their SHA-256, backend, sampling, k, seed,
-  scorer, problem count). A resumed run must match it, so a directory never mixes samples
-  drawn under different settings.
+* ``run.json``: the manifest (model, data files and their SHA-256, which files hold each
+  data_source, backend, sampling, k, seed, scorer and the hash of its code, problem count). A
+  resumed run must match it, so a directory never mixes samples drawn or scored under
+  different settings.
 * ``samples.jsonl``: one line per sample (problem id, sample index, seed, response, score,
   acc, pred, reason, token count, truncation). The k lines of a problem are written with one
   ``write`` call and flushed to disk before the next problem, so an interruption loses at most
@@ -29,8 +30,21 @@ MANIFEST_FILE = "run.json"
 SAMPLES_FILE = "samples.jsonl"
 SUMMARY_FILE = "summary.json"
 FORMAT_VERSION = 1
-IDENTITY_KEYS = ("format_version", "model", "data", "backend", "sampling", "k", "seed", "scorer", "n_problems")
+IDENTITY_KEYS = (
+    "format_version",
+    "model",
+    "data",
+    "backend",
+    "sampling",
+    "k",
+    "seed",
+    "scorer",
+    "scorer_version",
+    "n_problems",
+)
 """Manifest keys that must match for a directory to be resumed."""
+LATER_IDENTITY_KEYS = frozenset({"scorer_version"})
+"""Identity keys added after format 1 was fixed: a manifest written before them is not compared on them."""
 SAMPLE_KEYS = ("problem_id", "sample_index", "seed", "response", "score", "acc", "num_tokens", "truncated")
 
 
@@ -111,7 +125,11 @@ class RunStore:
                 (self.run_dir / name).unlink(missing_ok=True)
         if manifest_path.is_file():
             old = json.loads(manifest_path.read_text())
-            diffs = [key for key in IDENTITY_KEYS if old.get(key) != self.manifest.get(key)]
+            diffs = [
+                key
+                for key in IDENTITY_KEYS
+                if old.get(key) != self.manifest.get(key) and not (key in LATER_IDENTITY_KEYS and key not in old)
+            ]
             if diffs:
                 details = "; ".join(f"{key}: {old.get(key)!r} -> {self.manifest.get(key)!r}" for key in diffs)
                 raise RunMismatchError(

@@ -12,7 +12,9 @@ on a process's main thread.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
 import math
 import multiprocessing
 from collections.abc import Callable, Sequence
@@ -20,6 +22,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from dfpo.evaluation.problems import to_builtin
@@ -93,6 +96,26 @@ def normalize_result(result: Any, job: ScoreJob) -> dict[str, Any]:
 
 def _call(fn: ScoreFn, job: ScoreJob, kwargs: dict[str, Any]) -> Any:
     return fn(job.data_source, job.solution_str, job.ground_truth, extra_info=job.extra_info, **kwargs)
+
+
+def scorer_version(scorer: str | ScoreFn) -> dict[str, Any]:
+    """A version of the scorer's code: the SHA-256 of every ``.py`` file of its top-level package.
+
+    ``reward.score:compute_score`` hashes ``reward/**/*.py``, so any change to the scoring
+    rules gives another version. A scorer whose package has no files on disk (defined in
+    ``__main__`` or built at run time) has ``sha256: None``.
+    """
+    module = scorer.partition(":")[0] if isinstance(scorer, str) else scorer.__module__
+    package = module.split(".")[0]
+    spec = importlib.util.find_spec(package) if package != "__main__" else None
+    if spec is None or spec.origin is None or not spec.has_location:
+        return {"package": package, "sha256": None}
+    origin = Path(spec.origin)
+    files = sorted(origin.parent.rglob("*.py")) if spec.submodule_search_locations else [origin]
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(str(path.relative_to(origin.parent)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return {"package": package, "sha256": digest.hexdigest()}
 
 
 class ParallelScorer:

@@ -123,13 +123,55 @@ def _as_matrix(x: np.ndarray, name: str) -> np.ndarray:
     return x
 
 
+class DegenerateBootstrapError(ValueError):
+    """Every resampled axis has a single entry, so every replicate equals the observed value."""
+
+
+def check_resampling(n_seeds: int, n_problems: int, resample: ResampleAxes) -> None:
+    """Refuse a bootstrap whose resampled axes all have length 1.
+
+    Resampling one seed (or one problem) with replacement always draws that same seed, so
+    every replicate equals the observed mean: the interval has zero width and the paired
+    test's p-value falls to its floor 1/(B+1) whatever the data. ``"both"`` with one seed is
+    not degenerate: it is the bootstrap over problems.
+    """
+    sizes = {"seeds": n_seeds, "problems": n_problems}
+    resampled = ["seeds", "problems"] if resample == "both" else [resample]
+    if all(sizes[axis] < 2 for axis in resampled):
+        raise DegenerateBootstrapError(
+            f"cannot bootstrap over {' and '.join(resampled)}: there is only {n_seeds} seed(s) and {n_problems} "
+            "problem(s), so every replicate would equal the observed value (zero-width interval, p at its floor); "
+            + ("resample problems or both, or add seeds" if resample == "seeds" else "add problems")
+        )
+
+
+def holm_adjust(p_values: np.ndarray | list[float]) -> np.ndarray:
+    """Holm's step-down adjustment of a family of m p-values (Holm 1979).
+
+    With the p-values sorted ascending, ``p_(1) <= ... <= p_(m)``, the adjusted values are
+    ``p~_(i) = max_{j <= i} min(1, (m - j + 1) p_(j))``; rejecting ``p~ < alpha`` controls the
+    family-wise error rate at alpha under any dependence between the tests. Returned in the
+    input order.
+    """
+    p = np.asarray(p_values, dtype=float)
+    if p.ndim != 1 or np.any((p < 0) | (p > 1)) or not np.all(np.isfinite(p)):
+        raise ValueError(f"holm_adjust expects a 1-D array of p-values in [0, 1], got {p!r}")
+    m = p.size
+    order = np.argsort(p, kind="stable")
+    scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    adjusted = np.empty(m)
+    adjusted[order] = np.maximum.accumulate(scaled)
+    return adjusted
+
+
 def bootstrap_replicates(
     x: np.ndarray, n_resamples: int, resample: ResampleAxes = "both", rng_seed: int = 0
 ) -> np.ndarray:
     """Bootstrap replicates of the grand mean of a (seeds, problems) matrix.
 
     ``resample`` chooses which axes are drawn with replacement: ``"problems"`` (seeds fixed),
-    ``"seeds"`` (problems fixed) or ``"both"`` (independently, the default).
+    ``"seeds"`` (problems fixed) or ``"both"`` (independently, the default). A degenerate
+    choice (see :func:`check_resampling`) raises :class:`DegenerateBootstrapError`.
     """
     x = _as_matrix(x, "x")
     if resample not in RESAMPLE_AXES:
@@ -137,6 +179,7 @@ def bootstrap_replicates(
     if n_resamples < 1:
         raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
     n_s, n_p = x.shape
+    check_resampling(n_s, n_p, resample)
     rng = np.random.default_rng(rng_seed)
     if resample in ("seeds", "both"):
         w_s = rng.multinomial(n_s, np.full(n_s, 1.0 / n_s), size=n_resamples).astype(float)

@@ -1,16 +1,25 @@
 """Render the report's tables as Markdown and LaTeX (booktabs), in the paper's layouts.
 
 * Table 1: rows grouped by model, one row per method, one column per benchmark; cells are
-  ``mean ± half-width`` of the 95% bootstrap CI in percent; the best mean per model and
-  benchmark is bold, the baseline row is marked "(baseline)".
+  ``mean ± half-width`` of the bootstrap CI of avg@k in percent; the best mean per model and
+  benchmark is bold, the baseline row is marked "(baseline)", and a dagger marks a cell
+  significantly better than the baseline (paired test, p below alpha, Holm-adjusted when asked).
+  When benchmarks use different k the column titles name it; a cell whose seeds used different
+  k (accepted mismatch) says which.
+* Table 1 details: avg@k, pass@k, mean response length and truncation rate per benchmark.
 * Paired tests: method minus baseline in percentage points, its CI and the p-value.
-* Group size (the paper's Table 3): method minus baseline per G, one row per benchmark.
+* Group size (the paper's Table 3): method minus baseline per G with its p-value.
+
+Every caption states what the bootstrap resampled. In LaTeX every number is typeset in math
+mode (a true minus sign, ``\\pm``, ``p<2\\times10^{-4}``) and every label is escaped.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
+from dfpo.evaluation.plots import slug
 from dfpo.evaluation.report_results import Cell, Comparison, ReportResults
 
 DASH = "–"
@@ -31,6 +40,12 @@ _LATEX_SPECIAL = {
     "Δ": r"$\Delta$",
     "−": r"$-$",
     "–": "--",
+    "†": r"$^\dagger$",
+}
+RESAMPLING = {
+    "both": "problems and training seeds resampled independently",
+    "problems": "problems resampled, training seeds fixed",
+    "seeds": "training seeds resampled, problems fixed",
 }
 
 
@@ -53,13 +68,76 @@ def _sig(x: float) -> str:
     return f"{x:.0e}" if x < 0.001 else f"{x:.3f}"
 
 
-def _pct(x: float, signed: bool = False) -> str:
-    return f"{100 * x:+.1f}" if signed else f"{100 * x:.1f}"
+def _latex_p(p: float, n_resamples: int) -> str:
+    """``format_p`` in math mode: ``$p<2\\times10^{-4}$``, ``$p=0.012$``."""
+    text = format_p(p, n_resamples)
+    relation, number = text[1], text[2:]
+    if "e" in number:
+        mantissa, exponent = number.split("e")
+        number = rf"{mantissa}\times10^{{{int(exponent)}}}"
+    return f"$p{relation}{number}$"
 
 
-def _ks(results: ReportResults) -> str:
-    ks = sorted({c.k for c in results.cells.values()})
-    return f"avg@{ks[0]}" if len(ks) == 1 else "avg@k (k = " + ", ".join(map(str, ks)) + ")"
+@dataclass(frozen=True)
+class Markup:
+    """How one output format writes numbers, emphasis and marks."""
+
+    latex: bool
+
+    def text(self, label: str) -> str:
+        """A label (escaped in LaTeX)."""
+        return latex_escape(label) if self.latex else label
+
+    def pct(self, x: float, signed: bool = False) -> str:
+        """A fraction in percent with one decimal (a math-mode number in LaTeX)."""
+        number = f"{100 * x:+.1f}" if signed else f"{100 * x:.1f}"
+        return f"${number}$" if self.latex else number
+
+    def estimate(self, mean: float, half_width: float, bold: bool) -> str:
+        """``mean ± half-width``, bold when asked."""
+        if self.latex:
+            body = rf"${100 * mean:.1f} \pm {100 * half_width:.1f}$"
+            return rf"{{\boldmath{body}}}" if bold else body
+        body = f"{100 * mean:.1f} ± {100 * half_width:.1f}"
+        return f"**{body}**" if bold else body
+
+    def interval(self, estimate: float, low: float, high: float) -> str:
+        """A signed difference with its CI, in percentage points."""
+        if self.latex:
+            return rf"${100 * estimate:+.1f}\ [{100 * low:+.1f}, {100 * high:+.1f}]$"
+        return f"{100 * estimate:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]"
+
+    def p(self, p: float, n_resamples: int) -> str:
+        """A p-value."""
+        return _latex_p(p, n_resamples) if self.latex else format_p(p, n_resamples)
+
+    @property
+    def mark(self) -> str:
+        """The significance mark."""
+        return r"$^\dagger$" if self.latex else "†"
+
+
+MD, TEX = Markup(latex=False), Markup(latex=True)
+
+
+def _metric(results: ReportResults, name: str = "avg") -> str:
+    ks = sorted({k for c in results.cells.values() for k in c.ks})
+    return f"{name}@{ks[0]}" if len(ks) == 1 else f"{name}@k"
+
+
+def _column_k(results: ReportResults, source: str) -> list[int]:
+    return sorted({k for c in results.cells.values() if c.benchmark == source for k in c.ks})
+
+
+def _column_metric(results: ReportResults, source: str, name: str = "avg") -> str:
+    """``avg@32`` when every cell of the column has k = 32, else ``avg@k``."""
+    ks = _column_k(results, source)
+    return f"{name}@{ks[0]}" if len(ks) == 1 else f"{name}@k"
+
+
+def _column_title(results: ReportResults, source: str, title: str) -> str:
+    """``title`` alone when one k serves the whole table, else ``title avg@k`` with the column's k."""
+    return title if _metric(results) != "avg@k" else f"{title} {_column_metric(results, source)}"
 
 
 def _method_label(results: ReportResults, method: str) -> str:
@@ -81,26 +159,38 @@ def _rows(results: ReportResults) -> list[tuple[str, str, list[Cell | None]]]:
     return rows
 
 
+def _significance_text(results: ReportResults) -> str:
+    sig = results.significance
+    corrected = ", Holm-adjusted over the methods × benchmarks of each model" if sig.correction == "holm" else ""
+    return f"p<{sig.alpha:g} in the paired bootstrap test{corrected}"
+
+
 def _caption(results: ReportResults) -> str:
     s = results.settings
-    axes = {"both": "problems and seeds", "problems": "problems", "seeds": "seeds"}[s.resample]
+    ks = "" if _metric(results) != "avg@k" else " (k per benchmark in the column titles)"
     return (
-        f"{_ks(results)} in %, mean over training seeds ± half-width of the {100 * s.level:.0f}% percentile "
-        f"bootstrap CI ({s.n_resamples} resamples of {axes}); bold: best mean per model and benchmark."
+        f"{_metric(results)} in %{ks}, mean over training seeds ± half-width of the {100 * s.level:.0f}% "
+        f"percentile bootstrap CI ({s.n_resamples} resamples; {RESAMPLING[s.resample]}); bold: best mean per "
+        f"model and benchmark; †: better than {results.config.baseline} with {_significance_text(results)}."
     )
 
 
-def _cell_text(results: ReportResults, cell: Cell | None, bold: Callable[[str], str]) -> str:
+def _cell_text(results: ReportResults, cell: Cell | None, markup: Markup) -> str:
     if cell is None:
-        return DASH
-    text = f"{_pct(cell.ci.estimate)} ± {_pct(cell.ci.half_width)}"
+        return DASH if not markup.latex else "--"
     best = _best(results, cell.model, cell.benchmark)
-    return bold(text) if best is not None and abs(cell.ci.estimate - best) < 1e-12 else text
+    text = markup.estimate(cell.ci.estimate, cell.ci.half_width, best is not None and abs(cell.ci.estimate - best) < 1e-12)
+    comparison = results.comparison(cell.model, cell.method, cell.benchmark)
+    if comparison is not None and comparison.better(results.significance.alpha):
+        text += markup.mark
+    if len(_column_k(results, cell.benchmark)) > 1:
+        text += markup.text(f" (k={'/'.join(map(str, cell.ks))})")
+    return text
 
 
 def table1_markdown(results: ReportResults) -> str:
     """Table 1 as a Markdown table with a caption line."""
-    header = ["Model", "Method"] + [f"{title} (%)" for _, title in results.benchmarks]
+    header = ["Model", "Method"] + [f"{_column_title(results, s, t)} (%)" for s, t in results.benchmarks]
     lines = [
         f"**Table 1.** {_caption(results)}",
         "",
@@ -111,103 +201,176 @@ def table1_markdown(results: ReportResults) -> str:
     for model, method, cells in _rows(results):
         shown = model if model != previous else ""
         previous = model
-        texts = [_cell_text(results, c, lambda t: f"**{t}**") for c in cells]
+        texts = [_cell_text(results, c, MD) for c in cells]
         lines.append("| " + " | ".join([shown, _method_label(results, method), *texts]) + " |")
     seeds = sorted({len(c.seeds) for c in results.cells.values()})
     lines += ["", f"Seeds per cell: {', '.join(map(str, seeds))}."]
     return "\n".join(lines) + "\n"
 
 
-def _latex_table_head(caption: str, label: str | None, header: list[str]) -> list[str]:
-    """Opening lines of a booktabs table whose first row is ``header`` (one left column, the rest centred)."""
+def _latex_table_head(
+    caption: str, label: str | None, header: list[str], spans: list[tuple[str, int]] | None = None
+) -> list[str]:
+    """Opening lines of a booktabs table whose first row is ``header`` (one left column, the rest centred).
+
+    ``spans`` adds a row above it: (title, number of columns) groups after the first column.
+    """
     lines = [r"\begin{table}[t]", r"\centering", r"\small", rf"\caption{{{latex_escape(caption)}}}"]
     if label is not None:
         lines.append(rf"\label{{{label}}}")
-    lines += [r"\begin{tabular}{l" + "c" * (len(header) - 1) + "}", r"\toprule", " & ".join(header) + r" \\"]
+    lines += [r"\begin{tabular}{l" + "c" * (len(header) - 1) + "}", r"\toprule"]
+    if spans:
+        lines.append(" & ".join([""] + [rf"\multicolumn{{{n}}}{{c}}{{{t}}}" for t, n in spans]) + r" \\")
+        start, rules = 2, []
+        for _, n in spans:
+            rules.append(rf"\cmidrule(lr){{{start}-{start + n - 1}}}")
+            start += n
+        lines.append(" ".join(rules))
+    lines.append(" & ".join(header) + r" \\")
     return lines
+
+
+def _model_rule(n_columns: int, model: str) -> list[str]:
+    return [r"\midrule", rf"\multicolumn{{{n_columns}}}{{l}}{{\textit{{{latex_escape(model)}}}}} \\"]
+
+
+def _latex_table_end() -> list[str]:
+    return [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
 
 
 def table1_latex(results: ReportResults) -> str:
     """Table 1 as a LaTeX table (needs \\usepackage{booktabs})."""
     n = len(results.benchmarks)
-    lines = _latex_table_head(
-        _caption(results), "tab:main", ["Model variant"] + [latex_escape(f"{t} (%)") for _, t in results.benchmarks]
-    )
+    header = ["Model variant"] + [latex_escape(f"{_column_title(results, s, t)} (%)") for s, t in results.benchmarks]
+    lines = _latex_table_head(_caption(results), "tab:main", header)
     previous = None
     for model, method, cells in _rows(results):
         if model != previous:
-            lines += [r"\midrule", rf"\multicolumn{{{n + 1}}}{{l}}{{\textit{{{latex_escape(model)}}}}} \\"]
+            lines += _model_rule(n + 1, model)
             previous = model
-        texts = [_cell_text(results, c, lambda t: rf"\textbf{{{latex_escape(t)}}}") for c in cells]
-        texts = [t if t.startswith("\\textbf") else latex_escape(t) for t in texts]
+        texts = [_cell_text(results, c, TEX) for c in cells]
         lines.append(latex_escape(_method_label(results, method)) + " & " + " & ".join(texts) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines + _latex_table_end()) + "\n"
+
+
+DETAIL_COLUMNS: list[tuple[str, Callable[[Cell, Markup], str]]] = [
+    ("avg@k (%)", lambda c, m: m.pct(c.ci.estimate)),
+    ("pass@k (%)", lambda c, m: m.pct(c.pass_at_k)),
+    ("tokens", lambda c, m: f"${c.mean_tokens:.0f}$" if m.latex else f"{c.mean_tokens:.0f}"),
+    ("truncated (%)", lambda c, m: m.pct(c.truncation)),
+]
+
+
+def _detail_caption(results: ReportResults) -> str:
+    return (
+        "Per benchmark: avg@k and pass@k in % (pass@k with n = k samples: a problem passes when one of its k "
+        "samples is fully correct), mean response length in tokens and share of truncated responses, each the "
+        "mean over training seeds. k per benchmark: "
+        + ", ".join(f"{t} {'/'.join(map(str, _column_k(results, s)))}" for s, t in results.benchmarks)
+        + "."
+    )
+
+
+def table1_detail_markdown(results: ReportResults) -> str:
+    """avg@k, pass@k, mean response length and truncation rate beside each other, per benchmark."""
+    header = ["Model", "Method"] + [f"{t} {name}" for _, t in results.benchmarks for name, _ in DETAIL_COLUMNS]
+    lines = [
+        f"**Table 1 details.** {_detail_caption(results)}",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join(["---"] * 2 + ["---:"] * (len(header) - 2)) + "|",
+    ]
+    previous = None
+    for model, method, cells in _rows(results):
+        shown = model if model != previous else ""
+        previous = model
+        texts = [DASH if c is None else render(c, MD) for c in cells for _, render in DETAIL_COLUMNS]
+        lines.append("| " + " | ".join([shown, _method_label(results, method), *texts]) + " |")
     return "\n".join(lines) + "\n"
 
 
-def _comparison_text(c: Comparison, n_resamples: int) -> str:
+def table1_detail_latex(results: ReportResults) -> str:
+    """The details table in LaTeX: one column group per benchmark."""
+    width = len(DETAIL_COLUMNS)
+    spans = [(latex_escape(t), width) for _, t in results.benchmarks]
+    header = ["Method"] + [latex_escape(name) for _ in results.benchmarks for name, _ in DETAIL_COLUMNS]
+    lines = _latex_table_head(_detail_caption(results), "tab:main-details", header, spans)
+    previous = None
+    for model, method, cells in _rows(results):
+        if model != previous:
+            lines += _model_rule(len(header), model)
+            previous = model
+        texts = ["--" if c is None else render(c, TEX) for c in cells for _, render in DETAIL_COLUMNS]
+        lines.append(latex_escape(_method_label(results, method)) + " & " + " & ".join(texts) + r" \\")
+    return "\n".join(lines + _latex_table_end()) + "\n"
+
+
+def _comparison_text(results: ReportResults, c: Comparison, markup: Markup) -> str:
     d = c.test.delta
+    text = f"{markup.interval(d.estimate, d.low, d.high)} {markup.p(c.p_reported, results.settings.n_resamples)}"
+    return text + (markup.mark if c.better(results.significance.alpha) else "")
+
+
+def _paired_caption(results: ReportResults) -> str:
+    s = results.settings
+    p_kind = "Holm-adjusted two-sided p-value" if results.significance.correction == "holm" else "two-sided p-value"
     return (
-        f"{_pct(d.estimate, True)} [{_pct(d.low, True)}, {_pct(d.high, True)}] {format_p(c.test.p_value, n_resamples)}"
+        f"Paired bootstrap tests against {results.config.baseline}: difference in {_metric(results)} "
+        f"(percentage points) with its {100 * s.level:.0f}% CI and {p_kind} ({s.n_resamples} resamples; "
+        f"{RESAMPLING[s.resample]}, the same draws for the method and the baseline, seeds paired by label); "
+        f"†: {_significance_text(results)}."
     )
+
+
+def _paired_rows(results: ReportResults) -> list[tuple[str, str, list[Comparison | None]]]:
+    index = {(c.model, c.method, c.benchmark): c for c in results.comparisons}
+    rows = []
+    for model in results.config.models:
+        for method in results.config.methods:
+            found = [index.get((model, method, src)) for src, _ in results.benchmarks]
+            if any(f is not None for f in found):
+                rows.append((model, method, found))
+    return rows
 
 
 def paired_markdown(results: ReportResults) -> str:
     """Paired bootstrap tests of every method against the baseline, per benchmark."""
-    s = results.settings
-    header = ["Model", f"Method − {results.config.baseline}"] + [f"{t} Δ (pp)" for _, t in results.benchmarks]
+    header = ["Model", f"Method − {results.config.baseline}"] + [
+        f"{_column_title(results, s, t)} Δ (pp)" for s, t in results.benchmarks
+    ]
     lines = [
-        f"**Paired bootstrap tests.** Difference in {_ks(results)} (percentage points) with its "
-        f"{100 * s.level:.0f}% CI and two-sided p-value; problems and seeds resampled jointly for both arms "
-        f"({s.n_resamples} resamples, seeds paired by label).",
+        f"**Paired bootstrap tests.** {_paired_caption(results)}",
         "",
         "| " + " | ".join(header) + " |",
         "|" + "|".join(["---"] * 2 + ["---:"] * len(results.benchmarks)) + "|",
     ]
-    index = {(c.model, c.method, c.benchmark): c for c in results.comparisons}
     previous = None
-    for model in results.config.models:
-        for method in results.config.methods:
-            found = [index.get((model, method, src)) for src, _ in results.benchmarks]
-            if all(f is None for f in found):
-                continue
-            shown = model if model != previous else ""
-            previous = model
-            texts = [DASH if f is None else _comparison_text(f, s.n_resamples) for f in found]
-            lines.append("| " + " | ".join([shown, method, *texts]) + " |")
+    for model, method, found in _paired_rows(results):
+        shown = model if model != previous else ""
+        previous = model
+        texts = [DASH if f is None else _comparison_text(results, f, MD) for f in found]
+        lines.append("| " + " | ".join([shown, method, *texts]) + " |")
     return "\n".join(lines) + "\n"
 
 
 def paired_latex(results: ReportResults) -> str:
     """The paired tests as a LaTeX table."""
-    s = results.settings
     n = len(results.benchmarks)
-    index = {(c.model, c.method, c.benchmark): c for c in results.comparisons}
-    caption = (
-        f"Paired bootstrap tests against {results.config.baseline}: difference in percentage points, "
-        f"{100 * s.level:.0f}% CI, two-sided p-value."
-    )
-    lines = _latex_table_head(
-        caption, "tab:paired", ["Method"] + [latex_escape(f"{t} Δ (pp)") for _, t in results.benchmarks]
-    )
+    header = ["Method"] + [latex_escape(f"{_column_title(results, s, t)} Δ (pp)") for s, t in results.benchmarks]
+    lines = _latex_table_head(_paired_caption(results), "tab:paired", header)
     previous = None
-    for model in results.config.models:
-        for method in results.config.methods:
-            found = [index.get((model, method, src)) for src, _ in results.benchmarks]
-            if all(f is None for f in found):
-                continue
-            if model != previous:
-                lines += [r"\midrule", rf"\multicolumn{{{n + 1}}}{{l}}{{\textit{{{latex_escape(model)}}}}} \\"]
-                previous = model
-            texts = [DASH if f is None else latex_escape(_comparison_text(f, s.n_resamples)) for f in found]
-            lines.append(latex_escape(method) + " & " + " & ".join(texts) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
-    return "\n".join(lines) + "\n"
+    for model, method, found in _paired_rows(results):
+        if model != previous:
+            lines += _model_rule(n + 1, model)
+            previous = model
+        texts = ["--" if f is None else _comparison_text(results, f, TEX) for f in found]
+        lines.append(latex_escape(method) + " & " + " & ".join(texts) + r" \\")
+    return "\n".join(lines + _latex_table_end()) + "\n"
 
 
 def _group_blocks(
     results: ReportResults,
-) -> list[tuple[str, str, list[int], list[tuple[str, list[Comparison | None]]]]]:
+) -> list[tuple[str, str, list[int], list[tuple[str, str, list[Comparison | None]]]]]:
     sizes = sorted({c.group_size for c in results.group_size if c.group_size is not None})
     index = {(c.model, c.method, c.benchmark, c.group_size): c for c in results.group_size}
     blocks = []
@@ -217,49 +380,57 @@ def _group_blocks(
             for src, title in results.benchmarks:
                 found = [index.get((model, method, src, g)) for g in sizes]
                 if any(f is not None for f in found):
-                    rows.append((title, found))
+                    rows.append((src, title, found))
             if rows:
                 blocks.append((model, method, sizes, rows))
     return blocks
 
 
+def _group_caption(results: ReportResults, model: str, method: str) -> str:
+    s = results.settings
+    p_kind = "Holm-adjusted p-value" if results.significance.correction == "holm" else "p-value"
+    return (
+        f"Group-size ablation on {model}: {method} minus {results.config.baseline} in percentage points per "
+        f"group size G, with the paired-bootstrap {p_kind} ({s.n_resamples} resamples; {RESAMPLING[s.resample]})."
+    )
+
+
+def _group_cell(results: ReportResults, f: Comparison | None, markup: Markup) -> str:
+    if f is None:
+        return "--" if markup.latex else DASH
+    mark = markup.mark if f.better(results.significance.alpha) else ""
+    return f"{markup.pct(f.test.delta.estimate, True)} ({markup.p(f.p_reported, results.settings.n_resamples)}){mark}"
+
+
 def group_size_markdown(results: ReportResults) -> str:
     """The paper's Table 3 layout: method minus baseline per group size G."""
-    s = results.settings
-    lines = [
-        f"**Group size.** {_ks(results)} of the method minus {results.config.baseline} (percentage points) "
-        "per group size G, with the paired-bootstrap p-value."
-    ]
+    lines = [f"**Group size.** {_metric(results)} of the method minus {results.config.baseline} per group size G."]
     blocks = _group_blocks(results)
     if not blocks:
         return "\n".join(lines + ["", "No runs with group_size on both the method and the baseline."]) + "\n"
     for model, method, sizes, rows in blocks:
         lines += [
             "",
-            f"*{model}: {method} − {results.config.baseline}*",
+            f"*{model}: {method} − {results.config.baseline}.* {_group_caption(results, model, method)}",
             "",
             "| Benchmark | " + " | ".join(f"G={g}" for g in sizes) + " |",
             "|---|" + "|".join(["---:"] * len(sizes)) + "|",
         ]
-        for title, found in rows:
-            texts = [
-                DASH
-                if f is None
-                else f"{_pct(f.test.delta.estimate, True)} ({format_p(f.test.p_value, s.n_resamples)})"
-                for f in found
-            ]
-            lines.append("| " + " | ".join([title, *texts]) + " |")
+        for src, title, found in rows:
+            texts = [_group_cell(results, f, MD) for f in found]
+            lines.append("| " + " | ".join([_column_title(results, src, title), *texts]) + " |")
     return "\n".join(lines) + "\n"
 
 
 def group_size_latex(results: ReportResults) -> str:
-    """The group-size table as LaTeX, one tabular per model and method."""
+    """The group-size table as LaTeX, one labelled tabular per model and method."""
     out = []
     for model, method, sizes, rows in _group_blocks(results):
-        caption = f"Group-size ablation: {method} minus {results.config.baseline} on {model} (percentage points)."
-        out += _latex_table_head(caption, None, ["G"] + [str(g) for g in sizes]) + [r"\midrule"]
-        for title, found in rows:
-            texts = [DASH if f is None else f"{_pct(f.test.delta.estimate, True)}" for f in found]
-            out.append(latex_escape(f"{title} {_ks(results)}") + " & " + " & ".join(texts) + r" \\")
-        out += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
+        label = f"tab:group-size-{slug(model)}-{slug(method)}".replace("_", "-")
+        out += _latex_table_head(_group_caption(results, model, method), label, ["G"] + [str(g) for g in sizes])
+        out.append(r"\midrule")
+        for src, title, found in rows:
+            name = latex_escape(f"{title} {_column_metric(results, src)}")
+            out.append(name + " & " + " & ".join(_group_cell(results, f, TEX) for f in found) + r" \\")
+        out += _latex_table_end() + [""]
     return "\n".join(out) if out else "% no runs with group_size on both the method and the baseline\n"

@@ -192,6 +192,26 @@ def test_resume_refuses_a_run_made_with_other_settings(math_parquet, tmp_path):
         RunStore(tmp_path / "run", _manifest(problems, seed=1)).open()
     assert RunStore(tmp_path / "run", _manifest(problems, k=4), overwrite=True).open() == set()
     assert read_manifest(tmp_path / "run")["k"] == 4
+    # a scorer whose code changed is another scorer; a manifest from before scorer_version existed is not compared on it
+    versioned = {**_manifest(problems, k=4), "scorer_version": {"package": "reward", "sha256": "a"}}
+    RunStore(tmp_path / "run", versioned).open()  # resumes the run written without scorer_version
+    RunStore(tmp_path / "run", versioned, overwrite=True).open()
+    with pytest.raises(RunMismatchError, match="scorer_version"):
+        RunStore(tmp_path / "run", {**versioned, "scorer_version": {"package": "reward", "sha256": "b"}}).open()
+
+
+def test_scorer_version_hashes_the_scorer_package(tmp_path, monkeypatch):
+    from dfpo.evaluation.scoring import scorer_version
+
+    package = tmp_path / "toy_scorer"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "rules.py").write_text("def compute_score(*a, **k):\n    return {'score': 1.0, 'acc': 1.0}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    first = scorer_version("toy_scorer.rules:compute_score")
+    assert first["package"] == "toy_scorer" and first == scorer_version("toy_scorer:anything")
+    (package / "rules.py").write_text("def compute_score(*a, **k):\n    return {'score': 0.0, 'acc': 0.0}\n")
+    assert scorer_version("toy_scorer.rules:compute_score")["sha256"] != first["sha256"]
 
 
 def test_a_broken_sample_file_is_reported_with_its_line(math_parquet, tmp_path):
@@ -307,6 +327,9 @@ def test_generate_command_with_worker_processes_and_the_real_scorer(tiny_model_d
     assert manifest["scorer"] == {"function": "reward.score:compute_score", "kwargs": {"math_timeout_s": 20}}
     assert manifest["sampling"]["top_k"] is None and manifest["sampling"]["temperature"] == 0.6
     assert manifest["data"][0]["sha256"] and manifest["n_problems"] == 3
+    # what the report compares between runs: which file holds each benchmark, and the scorer's code
+    assert manifest["data_by_source"] == {"aime25": [manifest["data"][0]["sha256"]]}
+    assert manifest["scorer_version"]["package"] == "reward" and len(manifest["scorer_version"]["sha256"]) == 64
     records = read_samples(out)
     assert len(records) == 6 and all(r["reason"] for r in records)
     assert json.loads((out / "summary.json").read_text())["overall"]["n_problems"] == 3
@@ -368,6 +391,30 @@ def test_vllm_backend_without_vllm_says_what_to_do(tiny_model_dir, monkeypatch):
         build_backend("vllm", str(tiny_model_dir), preset("qwen3-thinking"))
     with pytest.raises(ValueError, match="unknown backend"):
         build_backend("sglang", str(tiny_model_dir), preset("qwen3-thinking"))
+
+
+def test_vllm_backend_refuses_temperature_above_two_before_loading(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # the check comes first: no import, no model load
+    with pytest.raises(ValueError, match="temperature 2.5 is above vLLM's maximum of 2.0"):
+        build_backend("vllm", "no-such-model", preset("qwen3-thinking", temperature=2.5))
+
+
+def test_vllm_batch_invariance_is_set_before_import_and_recorded(tiny_model_dir, monkeypatch):
+    from dfpo.evaluation.backends import vllm_backend
+
+    seen = {}
+
+    class FakeLLM:
+        def __init__(self, **kwargs):
+            seen["env at engine start"] = os.environ.get("VLLM_BATCH_INVARIANT")
+
+    monkeypatch.delenv("VLLM_BATCH_INVARIANT", raising=False)
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=FakeLLM, SamplingParams=dict))
+    plain = build_backend("vllm", str(tiny_model_dir), preset("qwen3-thinking"))
+    assert plain.describe()["batch_invariant"] is False and seen["env at engine start"] is None
+    invariant = build_backend("vllm", str(tiny_model_dir), preset("qwen3-thinking"), batch_invariant=True)
+    assert seen["env at engine start"] == "1" and invariant.describe()["batch_invariant"] is True
+    assert "only with batch-invariant" in vllm_backend.__doc__ and "VLLM_BATCH_INVARIANT=1" in vllm_backend.__doc__
 
 
 def test_transformers_backend_end_of_sequence_handling(tiny_backend):

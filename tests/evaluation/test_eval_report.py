@@ -85,10 +85,11 @@ def test_report_numbers_match_the_samples(runs_file):
     results = compute_results(config, SETTINGS)
     for (model, method, source), cell in results.cells.items():
         runs = [r for r in config.table_runs() if r.model == model and r.method == method]
-        expected = np.mean([_avg_at_k(r.eval_dir, source) for r in runs])
+        expected = np.mean([_avg_at_k(r.eval_dirs[0], source) for r in runs])
         assert cell.ci.estimate == pytest.approx(expected)
         assert cell.ci.low <= cell.ci.estimate <= cell.ci.high
         assert cell.seeds == ["0", "1", "2"] and cell.k == K and cell.n_problems == SOURCES[source]
+        assert 0 <= cell.ci.estimate <= cell.pass_at_k <= 1
         assert cell.truncation == pytest.approx(1 / K)  # sample 0 of every problem is marked truncated
     assert len(results.cells) == 3 * 2 + 2 * 2  # G=4 runs are not in Table 1
     by = {(c.model, c.method, c.benchmark): c for c in results.comparisons}
@@ -147,7 +148,8 @@ def test_report_files_and_table_layouts(runs_file, tmp_path):
         if c["model"] == "Qwen3-32B" and c["method"] == "DFPO (Min-Replace)" and c["data_source"] == "aime25"
     )
     ci = cell["avg_at_k"]
-    expected = f"**{100 * ci['estimate']:.1f} ± {100 * (ci['high'] - ci['low']) / 2:.1f}**"  # best of its model: bold
+    # best of its model: bold; significantly better than GSPO (p < 0.01): dagger
+    expected = f"**{100 * ci['estimate']:.1f} ± {100 * (ci['high'] - ci['low']) / 2:.1f}**†"
     assert rows[0].split(" | ")[2] == expected
     assert "**" not in rows[1]  # the baseline is worse on both benchmarks
 
@@ -161,8 +163,19 @@ def test_report_files_and_table_layouts(runs_file, tmp_path):
     assert "| Qwen3-32B | DFPO (Min-Replace) | +" in paired
     assert re.search(r"p<\d", paired)  # the strong effect reaches the resolution limit of the test
     group = (out / "group_size.md").read_text()
-    assert "| Benchmark | G=4 | G=16 |" in group and "*Qwen3-32B: DFPO (Min-Replace) − GSPO*" in group
-    assert "G & 4 & 16" in (out / "group_size.tex").read_text()
+    assert "| Benchmark | G=4 | G=16 |" in group and "*Qwen3-32B: DFPO (Min-Replace) − GSPO.*" in group
+    # the G=4 effect (+10 points) is not significant at 0.01, the G=16 one (+35) reaches the test's resolution
+    assert re.search(r"\| HMMT25 \| \+\d+\.\d \(p=0\.\d{3}\) \| \+\d+\.\d \(p<5e-04\)† \|", group)
+    group_tex = (out / "group_size.tex").read_text()
+    assert "G & 4 & 16" in group_tex and r"\label{tab:group-size-qwen3-32b-dfpo-min-replace}" in group_tex
+    assert r"($p<5\times10^{-4}$)$^\dagger$" in group_tex  # p-values in math mode, 1/(4000+1) resolution
+
+    details = (out / "table1_details.md").read_text()
+    assert "| Model | Method | AIME25 avg@k (%) | AIME25 pass@k (%) | AIME25 tokens | AIME25 truncated (%) |" in details
+    assert "| Qwen3-32B | DFPO (Min-Replace) | " + f"{100 * ci['estimate']:.1f} | {100 * cell['pass_at_k']:.1f} | 115 | 25.0 |" in details
+    details_tex = (out / "table1_details.tex").read_text()
+    assert r"\multicolumn{4}{c}{AIME25} & \multicolumn{4}{c}{HMMT25} \\" in details_tex
+    assert r"\cmidrule(lr){2-5} \cmidrule(lr){6-9}" in details_tex
 
 
 def test_report_command_line(runs_file, tmp_path, capsys):
@@ -226,8 +239,8 @@ def test_report_refuses_unfinished_runs_unless_allowed(tmp_path, write_synthetic
 @pytest.mark.parametrize(
     "runs,extra,message",
     [
-        ([{"model": "m", "method": "A", "seed": 0, "eval": "a", "colour": 1}], {}, r"runs\[0\]: unknown key"),
-        ([{"model": "m", "method": "A", "eval": "a"}], {}, r"runs\[0\]: missing \['seed'\]"),
+        ([{"model": "m", "method": "A", "seed": 0, "eval": "a", "colour": 1}], {}, r"yaml:3 \(runs\[0\]\): unknown key"),
+        ([{"model": "m", "method": "A", "eval": "a"}], {}, r"runs\[0\]\): missing \['seed'\]"),
         ([{"model": "m", "method": "A", "seed": 0, "eval": "a"}], {"baseline": "Z"}, "baseline 'Z' is not among"),
         ([{"model": "m", "method": "A", "seed": 0, "eval": "a"}], {"baseline": None}, "name the baseline"),
         (

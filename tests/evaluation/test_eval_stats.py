@@ -218,3 +218,30 @@ def test_p_value_matches_the_two_sided_normal_approximation_for_a_moderate_effec
     se = d.std() / np.sqrt(d.size)
     expected = 2 * scipy_stats.norm.sf(abs(d.mean()) / se)
     assert result.p_value == pytest.approx(expected, abs=0.008)
+
+
+def test_a_single_resampled_seed_is_refused_not_reported_as_significant():
+    """One seed per method with --resample seeds: every replicate equals the observed difference,
+    which used to print a null pair as ``-4.6 [-4.6, -4.6] p<2e-04``."""
+    from dfpo.evaluation.stats import DegenerateBootstrapError
+
+    rng = np.random.default_rng(0)
+    method, baseline = rng.random((1, 30)), rng.random((1, 30))  # a true null pair, one seed each
+    with pytest.raises(DegenerateBootstrapError, match="only 1 seed.*resample problems or both"):
+        paired_bootstrap_test(method, baseline, n_resamples=500, resample="seeds")
+    with pytest.raises(DegenerateBootstrapError, match="add problems"):
+        bootstrap_ci(np.array([[0.5], [0.7]]), n_resamples=100, resample="problems")
+    # one seed but problems resampled too: a proper bootstrap over problems
+    test = paired_bootstrap_test(method, baseline, n_resamples=2000, resample="both")
+    assert test.delta.high - test.delta.low > 0.05 and test.p_value > 0.05
+
+
+def test_holm_adjustment_hand_computed_and_monotone():
+    from dfpo.evaluation.stats import holm_adjust
+
+    # sorted 0.01, 0.02, 0.03, 0.5 -> 4*0.01, 3*0.02, max(0.06, 2*0.03), max(.., 1*0.5)
+    np.testing.assert_allclose(holm_adjust([0.03, 0.5, 0.01, 0.02]), [0.06, 0.5, 0.04, 0.06])
+    np.testing.assert_allclose(holm_adjust([0.4, 0.9]), [0.8, 0.9])
+    assert holm_adjust([0.6, 0.7]).max() <= 1.0
+    with pytest.raises(ValueError, match="p-values in"):
+        holm_adjust([1.5])

@@ -1,15 +1,24 @@
 """vLLM backend (GPU, tensor parallel), written against vllm 0.24 (the version verl 0.9.1's
 ``verl[vllm]`` extra pins).
 
-Every sample is its own request with its own seed (``SamplingParams(n=1, seed=...)``), so each
-completion is reproducible from its recorded seed regardless of batching; prefix caching
-shares the prompt's KV cache between the k requests of a problem. Prompts are rendered with
-the model's Hugging Face tokenizer and chat template (the same code path as the transformers
-backend) and passed to vLLM as token ids.
+Every sample is its own request with its own seed (``SamplingParams(n=1, seed=...)``), so the
+random draws of a sample depend only on its recorded seed. The logits themselves depend on
+the batch the request was scheduled in (batch size, chunking and split-K reductions change the
+floating-point sums), so with default kernels a sample is reproducible only when the batching
+is the same. vLLM 0.24 makes the output independent of batching only with batch-invariant
+kernels, ``VLLM_BATCH_INVARIANT=1`` (set before vLLM is imported; GPUs of compute capability
+8.0 or higher; slower). ``batch_invariant=True`` (``--batch-invariant`` in generate) sets it;
+the manifest records whether it was on.
+
+Prefix caching shares the prompt's KV cache between the k requests of a problem. Prompts are
+rendered with the model's Hugging Face tokenizer and chat template (the same code path as the
+transformers backend) and passed to vLLM as token ids. vLLM rejects temperatures above 2, so
+such a setting is refused before the model is loaded.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +30,25 @@ VLLM_MISSING = (
     "the vllm backend needs vLLM on a GPU machine: pip install 'verl[vllm]==0.9.1' "
     "(vllm 0.24.0); on a machine without vLLM use --backend transformers"
 )
+
+
+BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
+MAX_TEMPERATURE = 2.0
+"""vLLM's SamplingParams refuses a larger temperature."""
+
+
+def check_vllm_sampling(sampling: SamplingConfig) -> None:
+    """Refuse settings vLLM would reject, before minutes are spent loading the model."""
+    if sampling.temperature > MAX_TEMPERATURE:
+        raise ValueError(
+            f"temperature {sampling.temperature} is above vLLM's maximum of {MAX_TEMPERATURE}; "
+            "use --temperature <= 2 with --backend vllm"
+        )
+
+
+def batch_invariant_enabled() -> bool:
+    """Whether vLLM's batch-invariant kernels are on (``VLLM_BATCH_INVARIANT=1``)."""
+    return os.environ.get(BATCH_INVARIANT_ENV, "0") == "1"
 
 
 class VLLMBackend:
@@ -36,7 +64,11 @@ class VLLMBackend:
         dtype: str = "auto",
         trust_remote_code: bool = False,
         enforce_eager: bool = False,
+        batch_invariant: bool = False,
     ) -> None:
+        check_vllm_sampling(sampling)
+        if batch_invariant:
+            os.environ[BATCH_INVARIANT_ENV] = "1"  # read by vLLM when it is imported and the engine built
         try:
             import vllm
         except ImportError as exc:
@@ -71,6 +103,7 @@ class VLLMBackend:
             "tensor_parallel_size": self.tensor_parallel_size,
             "max_model_len": self.max_model_len,
             "dtype": self.dtype,
+            "batch_invariant": batch_invariant_enabled(),
         }
 
     def _params(self, seed: int) -> Any:
