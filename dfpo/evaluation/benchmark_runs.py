@@ -94,7 +94,9 @@ def read_benchmarks(run_dir: Path, allow_incomplete: bool = False) -> dict[str, 
             pid, src = str(record["problem_id"]), str(record["data_source"])
             known = source_of.setdefault(pid, (src, number))
             if known[0] != src:
-                raise ValueError(f"{where}: problem {pid!r} has data_source {src!r} but {known[0]!r} on line {known[1]}")
+                raise ValueError(
+                    f"{where}: problem {pid!r} has data_source {src!r} but {known[0]!r} on line {known[1]}"
+                )
             seen = first_line.setdefault((pid, record["sample_index"]), number)
             if seen != number:
                 raise ValueError(

@@ -142,7 +142,9 @@ def _select(
 class _Computation:
     """State shared by the steps of :func:`compute_results`."""
 
-    def __init__(self, config: ReportConfig, settings: BootstrapSettings, loaded: dict[RunSpec, dict[str, BenchmarkRun]]):
+    def __init__(
+        self, config: ReportConfig, settings: BootstrapSettings, loaded: dict[RunSpec, dict[str, BenchmarkRun]]
+    ) -> None:
         self.config = config
         self.settings = settings
         self.loaded = loaded

@@ -120,19 +120,20 @@ class Markup:
 MD, TEX = Markup(latex=False), Markup(latex=True)
 
 
-def _metric(results: ReportResults, name: str = "avg") -> str:
+def _metric(results: ReportResults) -> str:
+    """``avg@32`` when every cell of the report has k = 32, else ``avg@k``."""
     ks = sorted({k for c in results.cells.values() for k in c.ks})
-    return f"{name}@{ks[0]}" if len(ks) == 1 else f"{name}@k"
+    return f"avg@{ks[0]}" if len(ks) == 1 else "avg@k"
 
 
 def _column_k(results: ReportResults, source: str) -> list[int]:
     return sorted({k for c in results.cells.values() if c.benchmark == source for k in c.ks})
 
 
-def _column_metric(results: ReportResults, source: str, name: str = "avg") -> str:
+def _column_metric(results: ReportResults, source: str) -> str:
     """``avg@32`` when every cell of the column has k = 32, else ``avg@k``."""
     ks = _column_k(results, source)
-    return f"{name}@{ks[0]}" if len(ks) == 1 else f"{name}@k"
+    return f"avg@{ks[0]}" if len(ks) == 1 else "avg@k"
 
 
 def _column_title(results: ReportResults, source: str, title: str) -> str:
@@ -179,7 +180,8 @@ def _cell_text(results: ReportResults, cell: Cell | None, markup: Markup) -> str
     if cell is None:
         return DASH if not markup.latex else "--"
     best = _best(results, cell.model, cell.benchmark)
-    text = markup.estimate(cell.ci.estimate, cell.ci.half_width, best is not None and abs(cell.ci.estimate - best) < 1e-12)
+    is_best = best is not None and abs(cell.ci.estimate - best) < 1e-12
+    text = markup.estimate(cell.ci.estimate, cell.ci.half_width, is_best)
     comparison = results.comparison(cell.model, cell.method, cell.benchmark)
     if comparison is not None and comparison.better(results.significance.alpha):
         text += markup.mark
