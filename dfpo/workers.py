@@ -47,6 +47,7 @@ class _Step:
     data: Any  # the rank's step TensorDict (fields for forwarding rows again)
     rows: StepRows
     metrics: dict[str, float]
+    old_log_probs_at_step_params: bool  # θ_old = θ at the first mini-batch (s = 1 exactly there)
     mini_batches_done: int = 0
 
 
@@ -77,6 +78,29 @@ def _prefix_metrics(rows: StepRows, dp_group) -> dict[str, float]:
     }
 
 
+def old_log_probs_recomputed(old_log_probs, rollout_log_probs, mask, dp_group=None) -> bool:
+    """Whether the step's old log-probs were recomputed by the actor at the step's parameters.
+
+    verl 0.9.1's V1 trainer decides this from ``algorithm.rollout_correction.bypass_mode``, a key
+    the actor worker never sees: in bypass mode ``_compute_old_log_prob`` copies the rollout's
+    log-probs into ``old_log_probs`` (θ_old is then the rollout policy, not θ, so s ≠ 1 on the first
+    mini-batch); otherwise the actor's ``compute_log_prob`` writes log π_θ. The worker receives
+    every field of the batch, so the batch tells the two apart: bypass mode needs
+    ``rollout_log_probs`` (the trainer reads it) and leaves ``old_log_probs`` bitwise equal to it,
+    while recomputed log-probs differ from the rollout's. Any rank whose valid tokens all equal the
+    rollout's means bypass (one no-grad forward of the first mini-batch; never a wrong s = 1).
+    """
+    if rollout_log_probs is None:
+        vote = 1  # no rollout log-probs: the trainer cannot be in bypass mode
+    elif not bool(mask.any()):
+        vote = 0  # only padding rows here: no evidence
+    else:
+        same = torch.equal(old_log_probs[mask], rollout_log_probs.to(old_log_probs.dtype)[mask])
+        vote = -1 if same else 1
+    votes = all_gather_objects(vote, dp_group)
+    return min(votes) >= 0 and max(votes) == 1
+
+
 class DFPOTrainingWorker(TrainingWorker):
     """verl's TrainingWorker plus DFPO's per-step tagging, exact pre-pass and diagnostics."""
 
@@ -103,8 +127,9 @@ class DFPOTrainingWorker(TrainingWorker):
         dp_group = self.engine.get_data_parallel_group()
         gid = group_ids(_uids(data))
         fields = ["responses", "response_mask", "old_log_probs", "advantages"]
-        if "rollout_is_weights" in data.keys():
-            fields.append("rollout_is_weights")
+        for optional in ("rollout_is_weights", "rollout_log_probs"):
+            if optional in data.keys():
+                fields.append(optional)
         padded = data.select(*fields).to_padded_tensor()
         mask = padded["response_mask"].to(torch.bool)
         prefix = shared_prefix_lengths_across_ranks(gid, padded["responses"], mask, dp_group)
@@ -119,7 +144,12 @@ class DFPOTrainingWorker(TrainingWorker):
             rollout_is_weights=padded["rollout_is_weights"].cpu() if "rollout_is_weights" in fields else None,
             prefix_len=prefix,
         )
-        return _Step(data=data, rows=rows, metrics=_prefix_metrics(rows, dp_group))
+        at_step_params = old_log_probs_recomputed(
+            padded["old_log_probs"], padded.get("rollout_log_probs", None), mask, dp_group
+        )
+        metrics = _prefix_metrics(rows, dp_group)
+        metrics["dfpo/old_log_probs_recomputed"] = float(at_step_params)
+        return _Step(data=data, rows=rows, metrics=metrics, old_log_probs_at_step_params=at_step_params)
 
     # -- one mini-batch ------------------------------------------------------------------------
     def train_batch(self, data):
@@ -137,7 +167,7 @@ class DFPOTrainingWorker(TrainingWorker):
                 scale=options.dfpo_scale,
                 stop_grad=options.dfpo_stop_grad,
                 scope_prefix=options.dfpo_scope == "shared_prefix",
-                at_old_params=step.mini_batches_done == 0 and not self._old_log_probs_from_rollout(),
+                at_old_params=step.mini_batches_done == 0 and step.old_log_probs_at_step_params,
                 log_prob_fn=partial(self._log_probs_at_current_params, step, data),
                 dp_group=dp_group,
                 forward_multiple=self._forward_multiple(),
@@ -153,11 +183,6 @@ class DFPOTrainingWorker(TrainingWorker):
         if output is not None:
             tu.get(output, "metrics").update(metrics)
         return output
-
-    def _old_log_probs_from_rollout(self) -> bool:
-        """Rollout-correction bypass mode: old log-probs are the rollout's, so θ ≠ θ_old from the start."""
-        correction = getattr(self._dfpo_config.policy_loss, "rollout_correction", None)
-        return bool(getattr(correction, "bypass_mode", False))
 
     def _forward_multiple(self) -> int:
         if self.engine_config.use_dynamic_bsz:

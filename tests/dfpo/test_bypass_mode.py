@@ -1,0 +1,181 @@
+"""Rollout-correction bypass mode and DFPO's first-mini-batch shortcut (s = 1 at θ = θ_old).
+
+verl 0.9.1's V1 trainer reads ``algorithm.rollout_correction.bypass_mode``; with it on,
+``_compute_old_log_prob`` copies the rollout's log-probs into ``old_log_probs`` instead of asking
+the actor, so θ_old (the rollout policy) ≠ θ already on the first mini-batch and the pre-pass must
+forward it. The actor worker never sees that key: it decides from the batch
+(:func:`dfpo.workers.old_log_probs_recomputed`). Tested here under the trainer's own config and
+code, and end to end through verl's real actor worker against a reference that forwards every
+mini-batch.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from dfpo.hydra_config import compose_trainer_config
+from dfpo.workers import old_log_probs_recomputed
+
+
+def _nested(rows):
+    return torch.nested.as_nested_tensor(rows, layout=torch.jagged)
+
+
+class _FakeTransferQueue:
+    """The two TransferQueue calls ``_compute_old_log_prob`` makes, over an in-memory store."""
+
+    def __init__(self, fields: dict[str, list[torch.Tensor]]):
+        self.store = {name: list(rows) for name, rows in fields.items()}
+
+    def kv_batch_get(self, keys, partition_id, select_fields):
+        return TensorDict({f: _nested(self.store[f]) for f in select_fields}, batch_size=[len(keys)])
+
+    def kv_batch_put(self, keys, partition_id, fields):
+        for name in fields.keys():
+            value = fields[name]
+            self.store[name] = list(value.unbind()) if value.is_nested else list(value)
+        return SimpleNamespace(keys=keys, partition_id=partition_id, extra_info={}, __len__=lambda: len(keys))
+
+
+class _FakeBatch:
+    def __init__(self, n):
+        self.keys = [f"k{i}" for i in range(n)]
+        self.partition_id = "train"
+        self.extra_info = {}
+
+    def __len__(self):
+        return len(self.keys)
+
+
+def _trainer_old_log_probs(monkeypatch, overrides):
+    """Run verl's own ``_compute_old_log_prob`` (V1 trainer) under the dfpo_trainer config with
+    ``overrides``; the actor returns log π_θ that differs from the rollout's. Returns the store."""
+    from verl.trainer.ppo.v1 import trainer_base
+
+    generator = torch.Generator().manual_seed(0)
+    lengths = [3, 5, 4, 2]
+    rollout = [-torch.rand(n, generator=generator) for n in lengths]
+    actor = [r - 0.05 * torch.rand(len(r), generator=generator) for r in rollout]
+    fake_tq = _FakeTransferQueue(
+        {
+            "rollout_log_probs": rollout,
+            "responses": [torch.ones(n, dtype=torch.long) for n in lengths],
+            "response_mask": [torch.ones(n, dtype=torch.long) for n in lengths],
+        }
+    )
+
+    def compute_log_prob(batch):
+        # the actor worker writes per-position outputs over prompt + response (a 2-token prompt
+        # here), shifted by one: position t holds log π_θ of token t + 1
+        sequence = lambda response: torch.cat([torch.zeros(1), response, torch.zeros(1)])  # noqa: E731
+        fake_tq.store["log_probs"] = [sequence(a) for a in actor]
+        fake_tq.store["entropy"] = [sequence(torch.ones(n)) for n in lengths]
+        return batch
+
+    monkeypatch.setattr(trainer_base, "tq", fake_tq)
+    cfg = compose_trainer_config(["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", *overrides], "dfpo_trainer")
+    trainer = SimpleNamespace(config=cfg, actor_rollout_wg=SimpleNamespace(compute_log_prob=compute_log_prob))
+    trainer_base.PPOTrainer._compute_old_log_prob(trainer, _FakeBatch(len(lengths)), {})
+    return fake_tq.store, actor
+
+
+def _padded(rows):
+    return _nested(rows).to_padded_tensor(0.0)
+
+
+@pytest.mark.parametrize(("bypass", "recomputed"), [(True, False), (False, True)])
+def test_the_worker_reads_what_the_v1_trainer_did(monkeypatch, bypass, recomputed):
+    store, actor = _trainer_old_log_probs(monkeypatch, [f"algorithm.rollout_correction.bypass_mode={str(bypass).lower()}"])
+    old = _padded(store["old_log_probs"])
+    expected = store["rollout_log_probs"] if bypass else actor
+    torch.testing.assert_close(old, _padded(expected), rtol=0, atol=0)
+    mask = _padded([m.to(torch.float32) for m in store["response_mask"]]).to(torch.bool)
+    assert old_log_probs_recomputed(old, _padded(store["rollout_log_probs"]), mask) is recomputed
+
+
+def test_the_decision_from_the_batch():
+    mask = torch.tensor([[True, True, False], [True, False, False]])
+    old = torch.tensor([[-0.1, -0.2, 0.0], [-0.3, 0.0, 0.0]])
+    # bypass needs rollout_log_probs (the trainer reads it), so without them old = log π_θ
+    assert old_log_probs_recomputed(old, None, mask) is True
+    # equal on the valid tokens (padding may differ): bypass mode
+    assert old_log_probs_recomputed(old, old + torch.tensor([[0.0, 0.0, 5.0], [0.0, 1.0, 1.0]]), mask) is False
+    assert old_log_probs_recomputed(old, old - 1e-6, mask) is True
+    # a rank with only padding rows gives no evidence either way
+    assert old_log_probs_recomputed(old, old - 1e-6, torch.zeros_like(mask)) is False
+
+
+@pytest.mark.slow
+def test_bypass_mode_update_equals_the_reference_that_forwards_every_mini_batch(tmp_path):
+    """verl's real actor worker on CPU, DFPO Min-Replace, 2 mini-batches of whole groups: with
+    bypass-mode batches (old = rollout log-probs ≠ log π_θ0) the update equals a reference whose
+    group weights come from log π_θ at every mini-batch, the first included; with recomputed old
+    log-probs the first mini-batch still skips its forward."""
+    from tests.integration import cpu_verl_harness as h
+
+    results = h.run_ranks(_bypass_rounds, 1, str(tmp_path))
+    (rounds,) = results
+    for label, (state_before, state_after, metrics, expected) in rounds.items():
+        deltas = {k: state_after[k] - state_before[k] for k in state_after}
+        scale = max(float(d.abs().max()) for d in deltas.values())
+        assert scale > 1e-5, label
+        for name, delta in deltas.items():
+            torch.testing.assert_close(delta, expected[name] - state_before[name], rtol=1e-4, atol=1e-5 * scale, msg=lambda m, name=name: f"{label}: {name}: {m}")
+        forwarded = metrics["dfpo/prepass_forward"]
+        assert forwarded == ([1.0, 1.0] if label == "bypass" else [0.0, 1.0]), (label, forwarded)
+
+
+def _bypass_rounds(rank, world_size, tmp_path):
+    from dfpo.group_ids import group_ids
+    from dfpo.loss import compute_dfpo_loss
+    from dfpo.workers import DFPOActorRolloutRefWorker
+    from tests.integration import cpu_verl_harness as h
+
+    overrides = [
+        "actor_rollout_ref.actor.policy_loss._target_=dfpo.loss_config.DFPOPolicyLossConfig",
+        "actor_rollout_ref.actor.policy_loss.loss_mode=dfpo",
+        "algorithm.adv_estimator=dfpo",
+        "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+    ]
+    model_dir = h.ensure_tiny_model(f"{tmp_path}/model")
+    clean = h.make_batch(model_dir, h.BatchSpec(num_prompts=4, n=4, seed=1))
+    noisy = h.make_batch(model_dir, h.BatchSpec(num_prompts=4, n=4, seed=1, old_log_prob_noise=0.05))
+    bypass = noisy.copy()
+    bypass["rollout_log_probs"] = noisy["old_log_probs"]  # what _compute_old_log_prob does in bypass mode
+    recomputed = clean.copy()
+    recomputed["rollout_log_probs"] = noisy["old_log_probs"]  # old = log π_θ0, rollout's differ
+
+    def whole_group_loss(log_probs, sub_batch):
+        width = log_probs.shape[1]
+        field = lambda key: h.padded_response_field(sub_batch, key)[:, :width]  # noqa: E731
+        loss, _ = compute_dfpo_loss(
+            field("old_log_probs"),
+            log_probs,
+            field("advantages"),
+            field("response_mask").to(torch.bool),
+            group_ids(list(sub_batch["uid"])),
+            num_sequences=len(sub_batch),
+        )
+        return loss
+
+    out = {}
+    for label, batch in (("bypass", bypass), ("recomputed", recomputed)):
+        h.install_cpu_platform()
+        worker = DFPOActorRolloutRefWorker(h.compose_actor_config(model_dir, overrides).actor_rollout_ref, role="actor")
+        worker.init_model()
+        before = h.actor_state_dict(worker)
+        meta = h.update_meta_from_config(worker.config)
+        output = worker.update_actor(h.with_update_meta(batch, **meta))
+        after = h.actor_state_dict(worker)
+        model = h.load_hf_model(model_dir)
+        steps = h.global_mini_batches(len(batch), 1, meta["mini_batch_size"], meta["epochs"], meta["shuffle"], meta["seed"])
+        h.reference_update(model, h.optimizer_settings(worker), batch, steps, whole_group_loss)
+        expected = {name: p.detach().clone() for name, p in model.named_parameters()}
+        out[label] = (before, after, dict(output["metrics"]), expected)
+    return out
