@@ -41,6 +41,7 @@ _LATEX_SPECIAL = {
     "−": r"$-$",
     "–": "--",
     "†": r"$^\dagger$",
+    "×": r"$\times$",
 }
 RESAMPLING = {
     "both": "problems and training seeds resampled independently",

@@ -173,6 +173,8 @@ def test_report_files_and_table_layouts(runs_file, tmp_path):
     details = (out / "table1_details.md").read_text()
     assert "| Model | Method | AIME25 avg@k (%) | AIME25 pass@k (%) | AIME25 tokens | AIME25 truncated (%) |" in details
     assert "| Qwen3-32B | DFPO (Min-Replace) | " + f"{100 * ci['estimate']:.1f} | {100 * cell['pass_at_k']:.1f} | 115 | 25.0 |" in details
+    for tex_file in out.glob("*.tex"):  # every symbol escaped or typeset as math: plain ASCII LaTeX
+        assert tex_file.read_text().isascii(), tex_file.name
     details_tex = (out / "table1_details.tex").read_text()
     assert r"\multicolumn{4}{c}{AIME25} & \multicolumn{4}{c}{HMMT25} \\" in details_tex
     assert r"\cmidrule(lr){2-5} \cmidrule(lr){6-9}" in details_tex

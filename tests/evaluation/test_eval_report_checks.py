@@ -266,5 +266,6 @@ def test_holm_correction_marks_and_latex_minus_signs(tmp_path, write_synthetic_r
     worse = next(line for line in paired.splitlines() if line.startswith("Worse"))
     assert re.search(r"\$-\d+\.\d\\ \[-\d+\.\d, [+-]\d+\.\d\]\$", worse)  # the minus sign in math mode
     assert re.search(r"\$p[<=]", worse) and "e-0" not in paired  # p-values as math, never 2e-04
+    assert tex.isascii() and paired.isascii()  # the Holm caption's "×" is escaped too
     body = "\n".join(line for line in paired.splitlines() if line.endswith(r"\\"))
     assert not re.search(r"(?<![$\[ ,{])-\d", body)  # no bare hyphen before a number outside math
