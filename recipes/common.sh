@@ -360,6 +360,10 @@ dfpo_launch() {
     local cmd=("$python" -m dfpo.main "${overrides[@]}" "$@")
 
     # ---- files the run reads -------------------------------------------------------------------
+    # A model file may build its model and data first (recipes/models/tiny_cpu.sh does).
+    if declare -F dfpo_model_prepare >/dev/null && ! dfpo_is_true "${DRY_RUN:-0}"; then
+        dfpo_model_prepare
+    fi
     local file
     dfpo_check_local_path "MODEL_PATH" "$model_path" "Download the checkpoint first (see recipes in the README)."
     for file in "${train_files[@]}" "${val_files[@]}"; do

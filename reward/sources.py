@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-MATH_SOURCES: tuple[str, ...] = ("math_dapo", "aime24", "aime25", "hmmt25", "math500", "deepscaler")
+MATH_SOURCES: tuple[str, ...] = (
+    "math_dapo", "aime24", "aime25", "hmmt25", "math500", "deepscaler",
+    # the toy task of the CPU recipes (dfpo/local/toy_task.py): single-digit sums
+    "arithmetic", "arithmetic_test",
+)
 """Sources whose ground truth is a final answer string checked with math-verify."""
 
 CODE_SOURCES: tuple[str, ...] = ("livecodebench", "deepcoder", "primeintellect")

@@ -1,0 +1,19 @@
+"""Run verl's whole trainer on CPU: dfpo's local backend (platform, engine, process group, rollout).
+
+verl 0.9.1 needs a GPU at four places; this package fills each through verl's own extension
+points, without editing verl (every internal it touches is listed and checked in
+:mod:`dfpo.local.verl_internals`):
+
+1. platform — :class:`dfpo.local.platform.PlatformCPU` (device ``cpu``, collectives over gloo,
+   each rank a logical Ray ``GPU``);
+2. engine — verl's own ``FSDPEngineWithLMHead`` registered for device ``cpu``, backend ``fsdp2``;
+3. process group — verl asks torch for ``"cpu:gloo,cpu:gloo"``, which torch rejects; the name
+   verl's workers call is wrapped to ask for plain ``gloo`` (:func:`dfpo.local.activate.gloo_process_group`);
+4. rollout — ``actor_rollout_ref.rollout.name=local``: a transformers server actor per replica
+   (:mod:`dfpo.local.server`) behind verl's rollout registries (:mod:`dfpo.local.rollout`).
+
+Selecting it: ``VERL_PLATFORM=cpu`` in the environment of every process (the driver and, through
+``ray_kwargs.ray_init.runtime_env.env_vars``, every Ray actor). dfpo's verl plugin, loaded by every
+``import verl``, then calls :func:`dfpo.local.activate.activate`. Without it nothing here runs:
+GPU runs are unaffected.
+"""
