@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from dfpo.evaluation.backends import BACKEND_NAMES, Completion, GenerationBackend, GenerationRequest, build_backend
+from dfpo.evaluation.backends.vllm_backend import check_vllm_sampling
 from dfpo.evaluation.problems import EvalProblem, file_sha256, load_problems
 from dfpo.evaluation.run_store import RunStore, read_samples
 from dfpo.evaluation.sampling import PRESETS, derive_seed, preset
@@ -200,6 +201,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         import dataclasses
 
         sampling = dataclasses.replace(sampling, top_k=top_k)
+    if args.backend == "vllm":
+        try:
+            check_vllm_sampling(sampling)
+        except ValueError as exc:
+            raise SystemExit(str(exc)) from None
     problems: list[EvalProblem] = []
     data_info = []
     data_by_source: dict[str, list[str]] = {}

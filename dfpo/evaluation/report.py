@@ -273,23 +273,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m dfpo.evaluation.report``."""
+    """Entry point of ``python -m dfpo.evaluation.report``; input errors exit with their message."""
     args = build_parser().parse_args(argv)
-    config = load_report_config(args.runs, baseline=args.baseline)
     settings = BootstrapSettings(
         level=args.level, n_resamples=args.n_resamples, resample=args.resample, rng_seed=args.bootstrap_seed
     )
     efficiency = EfficiencySettings(args.reward_threshold, args.reward_window, args.reward_key)
-    written = write_report(
-        config,
-        settings,
-        Path(args.output_dir),
-        args.curve_metrics,
-        args.allow_incomplete,
-        efficiency,
-        accept_mismatched_settings=args.accept_mismatched_settings,
-        significance=SignificanceSettings(alpha=args.alpha, correction=args.correction),
-    )
+    try:
+        written = write_report(
+            load_report_config(args.runs, baseline=args.baseline),
+            settings,
+            Path(args.output_dir),
+            args.curve_metrics,
+            args.allow_incomplete,
+            efficiency,
+            accept_mismatched_settings=args.accept_mismatched_settings,
+            significance=SignificanceSettings(alpha=args.alpha, correction=args.correction),
+        )
+    except (ValueError, FileNotFoundError) as exc:  # the messages name the input and what to do
+        raise SystemExit(f"error: {exc}") from None
     print((Path(args.output_dir) / "table1.md").read_text())
     print("wrote:\n" + "\n".join(f"  {p}" for p in written))
     return 0

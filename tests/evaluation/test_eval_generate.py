@@ -16,6 +16,7 @@ import pytest
 
 from dfpo.evaluation.backends import Completion, GenerationRequest, build_backend
 from dfpo.evaluation.backends.transformers_backend import TransformersBackend
+from dfpo.evaluation.generate import main as generate_main
 from dfpo.evaluation.generate import make_request, run_evaluation
 from dfpo.evaluation.problems import load_problems
 from dfpo.evaluation.run_store import RunMismatchError, RunStore, read_manifest, read_samples
@@ -397,6 +398,8 @@ def test_vllm_backend_refuses_temperature_above_two_before_loading(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # the check comes first: no import, no model load
     with pytest.raises(ValueError, match="temperature 2.5 is above vLLM's maximum of 2.0"):
         build_backend("vllm", "no-such-model", preset("qwen3-thinking", temperature=2.5))
+    with pytest.raises(SystemExit, match="use --temperature <= 2 with --backend vllm"):
+        generate_main(["--model", "m", "--data", "d.parquet", "--output-dir", "o", "--temperature", "3"])
 
 
 def test_vllm_batch_invariance_is_set_before_import_and_recorded(tiny_model_dir, monkeypatch):
