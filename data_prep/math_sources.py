@@ -1,6 +1,6 @@
 """Per-source readers turning a raw math row into a problem, its answer and its id.
 
-Field names follow each dataset card (see ``REWARDS_AND_DATA.md``):
+Field names follow each dataset's card on the Hugging Face Hub:
 
 =============  =====================================================  ==========================
 source         dataset ids                                            fields read

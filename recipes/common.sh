@@ -21,7 +21,7 @@
 # DRY_RUN=1 prints the final command on one shell-quoted line instead of running it; it checks the
 # variables but not that files exist (missing files are reported on stderr only).
 #
-# Methods (METHOD.md §4; the values set here are what the recipe test checks):
+# Methods (docs/method.md §4; the values set here are what the recipe test checks):
 #   dfpo_min_replace   adv_estimator=dfpo, loss_mode=dfpo, dfpo_transform=min_replace (Eq. 17)
 #   dfpo_orth_proj     adv_estimator=dfpo, loss_mode=dfpo, dfpo_transform=orth_proj (Eq. 18)
 #   dfpo_no_stop_grad  ablation: min_replace with dfpo_stop_grad=false

@@ -1,6 +1,6 @@
 """What each recipe must select, written down independently of recipes/common.sh.
 
-Methods follow METHOD.md §4 (baselines) and §3 (DFPO and its ablations); models are the paper's
+Methods follow docs/method.md §4 (baselines) and §3 (DFPO and its ablations); models are the paper's
 three. A recipe whose composed config disagrees with this table fails the tests.
 """
 
