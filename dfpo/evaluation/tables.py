@@ -257,11 +257,18 @@ def table1_latex(results: ReportResults) -> str:
 
 
 DETAIL_COLUMNS: list[tuple[str, Callable[[Cell, Markup], str]]] = [
-    ("avg@k (%)", lambda c, m: m.pct(c.ci.estimate)),
-    ("pass@k (%)", lambda c, m: m.pct(c.pass_at_k)),
+    ("avg@{k} (%)", lambda c, m: m.pct(c.ci.estimate)),
+    ("pass@{k} (%)", lambda c, m: m.pct(c.pass_at_k)),
     ("tokens", lambda c, m: f"${c.mean_tokens:.0f}$" if m.latex else f"{c.mean_tokens:.0f}"),
     ("truncated (%)", lambda c, m: m.pct(c.truncation)),
 ]
+"""Column title (``{k}``: the column's k, or ``k`` when its cells differ) and cell text."""
+
+
+def _detail_titles(results: ReportResults, source: str) -> list[str]:
+    ks = _column_k(results, source)
+    k = str(ks[0]) if len(ks) == 1 else "k"
+    return [name.format(k=k) for name, _ in DETAIL_COLUMNS]
 
 
 def _detail_caption(results: ReportResults) -> str:
@@ -276,7 +283,7 @@ def _detail_caption(results: ReportResults) -> str:
 
 def table1_detail_markdown(results: ReportResults) -> str:
     """avg@k, pass@k, mean response length and truncation rate beside each other, per benchmark."""
-    header = ["Model", "Method"] + [f"{t} {name}" for _, t in results.benchmarks for name, _ in DETAIL_COLUMNS]
+    header = ["Model", "Method"] + [f"{t} {name}" for s, t in results.benchmarks for name in _detail_titles(results, s)]
     lines = [
         f"**Table 1 details.** {_detail_caption(results)}",
         "",
@@ -296,7 +303,7 @@ def table1_detail_latex(results: ReportResults) -> str:
     """The details table in LaTeX: one column group per benchmark."""
     width = len(DETAIL_COLUMNS)
     spans = [(latex_escape(t), width) for _, t in results.benchmarks]
-    header = ["Method"] + [latex_escape(name) for _ in results.benchmarks for name, _ in DETAIL_COLUMNS]
+    header = ["Method"] + [latex_escape(name) for s, _ in results.benchmarks for name in _detail_titles(results, s)]
     lines = _latex_table_head(_detail_caption(results), "tab:main-details", header, spans)
     previous = None
     for model, method, cells in _rows(results):
@@ -314,14 +321,19 @@ def _comparison_text(results: ReportResults, c: Comparison, markup: Markup) -> s
     return text + (markup.mark if c.better(results.significance.alpha) else "")
 
 
+def _paired_title(results: ReportResults) -> str:
+    return f"Paired bootstrap tests against {results.config.baseline}"
+
+
 def _paired_caption(results: ReportResults) -> str:
+    """The caption after its title: what is tested and how."""
     s = results.settings
     p_kind = "Holm-adjusted two-sided p-value" if results.significance.correction == "holm" else "two-sided p-value"
     return (
-        f"Paired bootstrap tests against {results.config.baseline}: difference in {_metric(results)} "
+        f"Difference in {_metric(results)} "
         f"(percentage points) with its {100 * s.level:.0f}% CI and {p_kind} ({s.n_resamples} resamples; "
         f"{RESAMPLING[s.resample]}, the same draws for the method and the baseline, seeds paired by label); "
-        f"†: {_significance_text(results)}."
+        f"†: better than {results.config.baseline} with {_significance_text(results)}."
     )
 
 
@@ -342,7 +354,7 @@ def paired_markdown(results: ReportResults) -> str:
         f"{_column_title(results, s, t)} Δ (pp)" for s, t in results.benchmarks
     ]
     lines = [
-        f"**Paired bootstrap tests.** {_paired_caption(results)}",
+        f"**{_paired_title(results)}.** {_paired_caption(results)}",
         "",
         "| " + " | ".join(header) + " |",
         "|" + "|".join(["---"] * 2 + ["---:"] * len(results.benchmarks)) + "|",
@@ -360,7 +372,7 @@ def paired_latex(results: ReportResults) -> str:
     """The paired tests as a LaTeX table."""
     n = len(results.benchmarks)
     header = ["Method"] + [latex_escape(f"{_column_title(results, s, t)} Δ (pp)") for s, t in results.benchmarks]
-    lines = _latex_table_head(_paired_caption(results), "tab:paired", header)
+    lines = _latex_table_head(f"{_paired_title(results)}. {_paired_caption(results)}", "tab:paired", header)
     previous = None
     for model, method, found in _paired_rows(results):
         if model != previous:

@@ -171,7 +171,7 @@ def test_report_files_and_table_layouts(runs_file, tmp_path):
     assert r"($p<5\times10^{-4}$)$^\dagger$" in group_tex  # p-values in math mode, 1/(4000+1) resolution
 
     details = (out / "table1_details.md").read_text()
-    assert "| Model | Method | AIME25 avg@k (%) | AIME25 pass@k (%) | AIME25 tokens | AIME25 truncated (%) |" in details
+    assert "| Model | Method | AIME25 avg@4 (%) | AIME25 pass@4 (%) | AIME25 tokens | AIME25 truncated (%) |" in details
     assert "| Qwen3-32B | DFPO (Min-Replace) | " + f"{100 * ci['estimate']:.1f} | {100 * cell['pass_at_k']:.1f} | 115 | 25.0 |" in details
     for tex_file in out.glob("*.tex"):  # every symbol escaped or typeset as math: plain ASCII LaTeX
         assert tex_file.read_text().isascii(), tex_file.name
