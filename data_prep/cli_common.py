@@ -34,8 +34,8 @@ def add_common_arguments(parser: argparse.ArgumentParser, sources: tuple[str, ..
     )
     parser.add_argument(
         "--drop-near-duplicates", action="store_true",
-        help="also drop near duplicates: rows sharing a run of --ngram-size words with an evaluation problem "
-        "(always reported when --decontaminate-against is given)",
+        help="drop near duplicates too: rows sharing a run of --ngram-size words with an evaluation problem, "
+        "as well as the rows --drop-contaminated drops (near duplicates are always reported)",
     )
     add_ngram_argument(parser)
     parser.add_argument("--skip-bad-rows", action="store_true", help="count and skip malformed rows instead of stopping at the first")

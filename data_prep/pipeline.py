@@ -149,7 +149,9 @@ def _process(
         if match is not None:
             near = match.is_near_duplicate
             details.add("near duplicates" if near else "contamination matches", f"{record.location}: {match.describe()}")
-            if options.drop_near_duplicates if near else options.drop_contaminated:
+            # dropping near duplicates implies dropping equal statements too
+            drop = options.drop_near_duplicates if near else options.drop_contaminated or options.drop_near_duplicates
+            if drop:
                 summary.drop(f"contaminated ({match.kind} match with an evaluation problem)", record.location)
                 return
             flag = "--drop-near-duplicates" if near else "--drop-contaminated"
