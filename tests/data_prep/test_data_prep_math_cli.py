@@ -121,6 +121,7 @@ def test_paraphrased_evaluation_problems_are_reported_as_near_duplicates_and_opt
         {"problem": "Determine the sum of all integer bases b > 9 for which 17_b is a divisor of 97_b, then add 1.",
          "answer": "71"},  # AIME25 problem 0 reworded: shares a run of 18 words
         {"problem": "Find the sum of all integer bases $b>7$ for which $12_b$ divides $34_b$.", "answer": "3"},
+        {"problem": "Find the remainder when $2^{10}$ is divided by $1000$.", "answer": "24"},  # AIME25 problem 1
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     train, summary = tmp_path / "train.parquet", tmp_path / "s.json"
@@ -130,23 +131,27 @@ def test_paraphrased_evaluation_problems_are_reported_as_near_duplicates_and_opt
     out = capsys.readouterr().out
     assert (f'{path}:line 1: ngram match with evaluation problem aime25.parquet aime25 0 (shares "the sum of all '
             'integer bases b 9 for which 17 b is")') in out
-    assert len(read_rows(train)) == 2
+    assert len(read_rows(train)) == 3
     assert read_summary(summary)["notes"] == {
-        "kept rows matching an evaluation problem (ngram); --drop-near-duplicates drops them": 1}
+        "kept rows matching an evaluation problem (ngram); --drop-near-duplicates drops them": 1,
+        "kept rows matching an evaluation problem (exact); --drop-contaminated drops them": 1}
 
     assert run(base + ["--drop-contaminated"]) == 0  # tier 1 only
-    assert len(read_rows(train)) == 2
-    assert run(base + ["--drop-near-duplicates"]) == 0
+    assert [r["reward_model"]["ground_truth"] for r in read_rows(train)] == ["71", "3"]
+    assert run(base + ["--drop-near-duplicates"]) == 0  # both tiers
     assert [r["reward_model"]["ground_truth"] for r in read_rows(train)] == ["3"]
-    assert read_summary(summary)["dropped"] == {"contaminated (ngram match with an evaluation problem)": 1}
+    assert read_summary(summary)["dropped"] == {"contaminated (ngram match with an evaluation problem)": 1,
+                                                "contaminated (exact match with an evaluation problem)": 1}
 
     from data_prep import contamination
 
     assert run(["--input", f"deepscaler={path}", "--output", str(train)]) == 0
     capsys.readouterr()
     assert contamination.main([str(train), "--against", str(aime25)]) == 1
-    assert "1 near duplicates (a shared run of 13 words)" in capsys.readouterr().out
-    assert contamination.main([str(train), "--against", str(aime25), "--ngram-size", "19"]) == 0  # the shared run is 18 words
+    assert "1 exact and 0 normalised-text matches, 1 near duplicates (a shared run of 13 words)" in capsys.readouterr().out
+    capsys.readouterr()
+    assert contamination.main([str(train), "--against", str(aime25), "--ngram-size", "19"]) == 1  # shared run: 18 words
+    assert "1 exact and 0 normalised-text matches, 0 near duplicates" in capsys.readouterr().out
 
 
 def test_near_duplicate_words_ignore_typesetting():
