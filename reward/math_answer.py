@@ -7,16 +7,19 @@ so hostile inputs (megabytes of braces, thousands of nested boxes) cost bounded 
 what they cost in math-verify is bounded by :mod:`reward.math_verify_pool`.
 
 Cheap path: :func:`quick_compare` decides pairs that need no computer algebra (the same
-string after conservative normalisation, integers, rationals written as decimals or
-``\\frac{a}{b}``, choice letters, points and intervals whose elements are all numbers) and
-returns ``None`` when math-verify must decide.  It answers "not equal" only where
-math-verify cannot disagree (property-tested against math-verify in tests/reward).
+string after conservative normalisation, exact values -- rationals, square roots, pi,
+powers, binomials, see :mod:`reward.math_numbers` -- and tuples, sets, matrices and
+intervals of them, choice letters) and returns ``None`` when math-verify must decide.
+It answers only where math-verify cannot disagree (property-tested against math-verify
+in tests/reward).
 """
 
 from __future__ import annotations
 
 import re
 from fractions import Fraction
+
+from reward.math_numbers import Number, clearly_different, parse_number
 
 SCAN_CHARS = 65536
 """How many characters at the end of a response are searched for the final answer."""
@@ -111,23 +114,21 @@ def _strip_math_delimiters(content: str) -> str:
 
 
 _UNWRAP = re.compile(r"\\(?:text|textbf|mathrm|mathbf|operatorname)\s*\{([^{}]*)\}")
-_SPACING = re.compile(r"\\(?:left|right|displaystyle|[,;:! ])|\\q?quad")
+_SPACING = re.compile(r"(?<!\\)\\(?:left|right|displaystyle|[,;:! ])|\\q?quad")  # not the "\\" of a row break
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?")
 _CHOICE = re.compile(r"^\(?([A-Ea-e])\)?$")
 _INTEGER = re.compile(r"^[+-]?\d{1,100}$")
-_DECIMAL = re.compile(r"^[+-]?(?:\d{1,60}(?:\.\d{0,60})?|\.\d{1,60})$")
-_FRAC = re.compile(r"^([+-]?)\\frac\{?([+-]?\d{1,60})\}?\{?(\d{1,60})\}?$")
 
 
 def normalise(answer: str) -> str:
     """A conservative canonical spelling: only rewrites that never change the value.
 
-    Drops ``$``, spacing commands, ``\\left``/``\\right``, whitespace, degree signs, a
+    Drops ``$`` (and a ``\\$`` currency sign), spacing commands, ``\\left``/``\\right``, whitespace, degree signs, a
     trailing period and percent sign (math-verify treats ``50\\%`` as 50), unwraps
     ``\\text{...}``-like macros, spells ``\\dfrac``/``\\tfrac`` as ``\\frac`` and a lone
     multiple-choice letter ``(B)`` as ``B``.
     """
-    s = answer.replace("$", "")
+    s = answer.replace("\\$", "").replace("$", "")
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
     previous = None
     while previous != s:
@@ -147,19 +148,6 @@ def normalise(answer: str) -> str:
     return s
 
 
-def _as_rational(s: str) -> Fraction | None:
-    if _DECIMAL.match(s):
-        return Fraction(s)
-    frac = _FRAC.match(s)
-    if frac is not None:
-        sign, num, den = frac.groups()
-        if int(den) == 0:
-            return None
-        value = Fraction(int(num), int(den))
-        return -value if sign == "-" else value
-    return None
-
-
 _BRACKETED = re.compile(r"^([(\[])([^()\[\]]*)([)\]])$")
 _INFINITY = {"\\infty": 1, "+\\infty": 1, "-\\infty": -1}
 
@@ -168,7 +156,8 @@ def _as_number(s: str) -> Fraction | int | None:
     """A rational, or +1 / -1 standing for +/- infinity (tagged by type: ``int``)."""
     if s in _INFINITY:
         return _INFINITY[s]
-    return _as_rational(s)
+    value = parse_number(s)
+    return None if value is None else value.as_rational()
 
 
 def _ordered(low: Fraction | int, high: Fraction | int) -> bool:
@@ -211,13 +200,66 @@ def _compare_bracketed(g: str, p: str) -> bool | None:
     return same_brackets and same_values
 
 
+_MATRIX = re.compile(r"^\\begin\{([pb]matrix)\}(.*)\\end\{\1\}$")
+
+
+def _numbers(items: list[str]) -> list[Number] | None:
+    values = [parse_number(item) for item in items]
+    return None if any(value is None for value in values) else values  # type: ignore[return-value]
+
+
+def _compare_numbers(g: list[Number], p: list[Number]) -> bool | None:
+    """Element by element: all equal -> True; one clearly different -> False; else None."""
+    if all(a == b for a, b in zip(g, p)):
+        return True
+    if any(a != b and clearly_different(a, b) for a, b in zip(g, p)):
+        return False
+    return None
+
+
+def _compare_structures(g: str, p: str) -> bool | None:
+    """Tuples ``(a, b, ...)``, sets ``\\{a, b\\}`` and matrices of exact numbers (see reward.math_numbers)."""
+    if g.startswith("(") and g.endswith(")") and p.startswith("(") and p.endswith(")"):
+        g_items, p_items = _numbers(g[1:-1].split(",")), _numbers(p[1:-1].split(","))
+        if g_items is None or p_items is None or len(g_items) != len(p_items) or len(g_items) < 2:
+            return None
+        if len(g_items) == 2 and (g_items[0] == g_items[1] or p_items[0] == p_items[1]):
+            return None  # (a, a) is an empty interval to math-verify
+        return _compare_numbers(g_items, p_items)
+    if g.startswith("\\{") and g.endswith("\\}") and p.startswith("\\{") and p.endswith("\\}"):
+        g_items, p_items = _numbers(g[2:-2].split(",")), _numbers(p[2:-2].split(","))
+        if g_items is None or p_items is None:
+            return None
+        if set(g_items) == set(p_items):
+            return True
+        lonely = [a for a in g_items if a not in p_items] + [b for b in p_items if b not in g_items]
+        others = {id(a): p_items if a in g_items else g_items for a in lonely}
+        if any(all(clearly_different(a, b) for b in others[id(a)]) for a in lonely):
+            return False
+        return None
+    g_matrix, p_matrix = _MATRIX.match(g), _MATRIX.match(p)
+    if g_matrix is None or p_matrix is None:
+        return None
+    g_rows = [row.split("&") for row in g_matrix.group(2).split("\\\\")]
+    p_rows = [row.split("&") for row in p_matrix.group(2).split("\\\\")]
+    if [len(row) for row in g_rows] != [len(row) for row in p_rows] or len({len(row) for row in g_rows}) != 1:
+        return None
+    g_items = _numbers([cell for row in g_rows for cell in row])
+    p_items = _numbers([cell for row in p_rows for cell in row])
+    if g_items is None or p_items is None:
+        return None
+    return _compare_numbers(g_items, p_items)
+
+
 def quick_compare(gold: str, pred: str) -> bool | None:
     """Decide ``gold == pred`` without computer algebra when that is safe, else ``None``.
 
-    ``True``: the normalised strings match, or both are the same rational number, or the
-    same point/interval of numbers.  ``False``: both are plain integers and differ, both
-    are choice letters and differ, or both are points/intervals of numbers and differ.
-    ``None``: ask math-verify.
+    ``True``: the normalised strings match, or both have the same exact value
+    (:mod:`reward.math_numbers`: rationals, square roots, pi, powers, binomials), or are
+    the same tuple, set, matrix or interval of such values.  ``False``: both are choice
+    letters and differ, or both are such values and differ by more than math-verify's
+    tolerances (never when a percent sign is present: math-verify reads ``50\\%`` as 0.5
+    too).  ``None``: ask math-verify.  Property-tested against math-verify in tests/reward.
     """
     g, p = normalise(gold), normalise(pred)
     if g == p and g:
@@ -226,7 +268,14 @@ def quick_compare(gold: str, pred: str) -> bool | None:
         return int(g) == int(p)
     if len(g) == len(p) == 1 and g in "ABCDE" and p in "ABCDE":
         return False  # distinct choice letters (equal ones matched above)
-    g_value, p_value = _as_rational(g), _as_rational(p)
-    if g_value is not None and p_value is not None and g_value == p_value:
-        return True
+    percent = "%" in gold or "%" in pred
+    g_value, p_value = parse_number(g), parse_number(p)
+    if g_value is not None and p_value is not None:
+        if g_value == p_value:
+            return True
+        return False if not percent and clearly_different(g_value, p_value) else None
+    if not percent:
+        structured = _compare_structures(g, p)
+        if structured is not None:
+            return structured
     return _compare_bracketed(g, p)

@@ -1,7 +1,9 @@
 """Benchmark the DFPO reward against verl 0.9.1's scorers, side by side in one run.
 
-Math: on the labelled corpus ``tests/reward/data/math_labelled.jsonl`` (response, reference
-answer, hand label), accuracy and throughput of
+Math: on two labelled corpora (response, reference answer, label) -- the scorer's own
+``tests/reward/data/math_labelled.jsonl`` and the held-out ``math_realistic.jsonl`` (written
+from the public answer formats of AIME, HMMT, MATH-500 and DAPO-Math-17k by
+``tests/reward/data/make_math_realistic.py``) -- accuracy and throughput of
 
 * ours: ``reward.score.compute_score`` (its verdict cache is cleared before every pass),
 * verl's ``verl.utils.reward_score.math_verify.compute_score`` (4-process spawn pool),
@@ -37,11 +39,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-CORPUS = REPO / "tests" / "reward" / "data" / "math_labelled.jsonl"
+CORPORA = (
+    REPO / "tests" / "reward" / "data" / "math_labelled.jsonl",
+    REPO / "tests" / "reward" / "data" / "math_realistic.jsonl",
+)
 
 
-def _load_corpus() -> list[dict]:
-    with open(CORPUS) as handle:
+def _load_corpus(corpus: Path) -> list[dict]:
+    with open(corpus) as handle:
         return [json.loads(line) for line in handle if line.strip()]
 
 
@@ -81,10 +86,10 @@ def _timed_passes(fn, reset, rows, passes: int, threads: int) -> tuple[float, li
     return (time.perf_counter() - started) / (passes * len(rows)), verdicts
 
 
-def bench_math(passes: int) -> list[str]:
+def bench_math(passes: int, corpus: Path) -> list[str]:
     from reward.math_answer import extract_answer, quick_compare
 
-    rows = _load_corpus()
+    rows = _load_corpus(corpus)
     hard_rows = [
         row
         for row in rows
@@ -96,7 +101,7 @@ def bench_math(passes: int) -> list[str]:
         for row in rows:
             fn(row["response"], row["ground_truth"])
     lines = [
-        f"Corpus: `{CORPUS.relative_to(REPO)}`, {len(rows)} labelled responses "
+        f"Corpus: `{corpus.relative_to(REPO)}`, {len(rows)} labelled responses "
         f"({sum(r['label'] for r in rows)} correct); {len(hard_rows)} of them need math-verify "
         f"(our exact path cannot decide). {passes} timed passes each, cache cleared per pass.",
         "",
@@ -216,7 +221,8 @@ def main() -> int:
         "",
     ]
     if args.only in (None, "math"):
-        lines += ["### Math: accuracy and throughput", "", *bench_math(args.passes), ""]
+        for corpus in CORPORA:
+            lines += [f"### Math: accuracy and throughput ({corpus.stem})", "", *bench_math(args.passes, corpus), ""]
     if args.only in (None, "code"):
         lines += ["### Code: sandbox overhead per problem", "", *bench_code(args.code_repeats), ""]
     text = "\n".join(lines)

@@ -29,6 +29,21 @@ def test_labelled_math_case(row):
         assert result["reason"] == ("correct" if row["label"] else "wrong_answer")
 
 
+REALISTIC = load_jsonl("math_realistic.jsonl")
+MATH_VERIFY_MISREADS = {("\\left( 3, \\frac{\\pi}{2} \\right)", "(3,\\frac\\pi2)")}
+"""Pairs math-verify itself gets wrong (it does not read ``\\frac\\pi2`` as pi/2); we defer to it."""
+
+
+def test_realistic_corpus_labels():
+    """The held-out corpus of the benchmark (tests/reward/data/make_math_realistic.py)."""
+    wrong = []
+    for row in REALISTIC:
+        result = compute_score("math500", row["response"], row["ground_truth"], math_timeout_s=30)
+        if result["acc"] != float(row["label"]) and (row["ground_truth"], row["answer"]) not in MATH_VERIFY_MISREADS:
+            wrong.append((row["ground_truth"], row["answer"], row["label"], result["reason"]))
+    assert not wrong, wrong
+
+
 def test_signed_score_mode():
     right = compute_score("aime25", "Answer: 7", "7", score_mode="signed")
     wrong = compute_score("aime25", "Answer: 8", "7", score_mode="signed")
