@@ -73,3 +73,23 @@ def test_both_stacks_follow_verls_gpu_pins():
 
 def test_the_tests_run_the_pinned_transformers():
     assert importlib.metadata.version("transformers") == pins(REPO_ROOT / "requirements-cpu.txt")["transformers"]
+
+
+def test_the_gpu_install_covers_verls_fsdp_extra():
+    """verl's ``fsdp`` extra (flash-attn, liger-kernel, flash-linear-attention, trl, cupy) is what its
+    FSDP engine expects next to vLLM; requirements.txt lists it minus flash-attn, which is source only
+    and compiled by requirements-gpu-build.txt, at verl's exact pins."""
+    ours = {**pins(REPO_ROOT / "requirements.txt"), **pins(REPO_ROOT / "requirements-gpu-build.txt")}
+    expected = {}
+    for extra in ("fsdp", "flash-attn-cu130torch211", "cupy-cu130"):
+        expected.update(verl_extra_pins(extra))
+    assert "flash-attn" in expected and "flash-linear-attention" in expected
+    for name, version in expected.items():
+        assert ours.get(name) == version, f"the GPU install pins {name}=={ours.get(name)}; verl[fsdp]==0.9.1 pins {version}"
+    for text in importlib.metadata.requires("verl") or []:
+        requirement = Requirement(text)
+        if requirement.marker is not None and requirement.marker.evaluate({"extra": "fsdp"}) and not requirement.name.startswith("verl"):
+            assert _name(requirement.name) in ours, f"verl[fsdp] needs {requirement}; requirements.txt does not install it"
+            assert requirement.specifier.contains(ours[_name(requirement.name)]), (requirement, ours[_name(requirement.name)])
+    assert "flash-attn" not in pins(REPO_ROOT / "requirements.txt"), "flash-attn builds only without build isolation"
+    assert pins(REPO_ROOT / "requirements.txt")["kernels"].startswith("0.12."), "transformers 5.9.0 wants kernels>=0.12,<0.13"

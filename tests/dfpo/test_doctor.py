@@ -1,0 +1,103 @@
+"""``python -m dfpo.doctor``: each check finds what it is for and names the fix."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from dfpo import doctor
+from dfpo.doctor import FAIL, OK, WARN
+
+REPO_ROOT = doctor.REPO_ROOT
+
+
+def test_pins_are_read_from_the_shipped_requirement_files():
+    gpu = doctor.read_pins(REPO_ROOT / "requirements.txt")
+    assert gpu["verl"] == "0.9.1" and gpu["torch"] == "2.11.0" and gpu["kernels"].startswith("0.12.")
+    build = doctor.read_pins(REPO_ROOT / "requirements-gpu-build.txt")
+    assert build == {"flash-attn": "2.8.3", "causal-conv1d": "1.7.0"}
+
+
+def test_a_wrong_or_missing_package_fails_with_the_install_command(tmp_path):
+    req = tmp_path / "requirements-gpu-build.txt"
+    req.write_text("flash-attn==2.8.3\ntorch==2.11.0\n")
+    versions = {"flash-attn": None, "torch": "2.11.0+cu130"}
+    (check,) = doctor.check_pins([req], version=versions.get)
+    assert check.status == FAIL and "flash-attn missing (pinned 2.8.3)" in check.detail and "torch" not in check.detail
+    assert check.fix == "pip install --no-build-isolation -r requirements-gpu-build.txt"
+    versions["flash-attn"] = "2.8.3"
+    assert doctor.check_pins([req], version=versions.get)[0].status == OK
+
+
+def test_the_driver_must_match_torchs_cuda_build():
+    by_name = {c.name: c for c in doctor.check_gpus("570.133.20", "13.0", ["NVIDIA H100 80GB HBM3"] * 8)}
+    assert by_name["NVIDIA driver"].status == FAIL and ">= 580.65.06" in by_name["NVIDIA driver"].detail
+    assert by_name["GPUs"].detail == "8 x NVIDIA H100 80GB HBM3"
+    assert {c.name: c.status for c in doctor.check_gpus("580.95.05", "13.0", ["H200"])}["NVIDIA driver"] == OK
+    cpu = {c.name: c for c in doctor.check_gpus(None, None, [])}
+    assert cpu["torch CUDA build"].status == FAIL and cpu["GPUs"].status == FAIL and cpu["NVIDIA driver"].status == FAIL
+
+
+def test_missing_attention_kernels_name_the_recipes_they_stop():
+    checks = {c.name: c for c in doctor.check_attention_kernels(version={}.get)}
+    flash = checks["flash-attn (Qwen3 recipes)"]
+    assert flash.status == FAIL and "flash_attention_2" in flash.detail and "requirements-gpu-build.txt" in flash.fix
+    assert checks["kernels (GPT-OSS sink attention)"].status == FAIL
+    assert checks["Qwen3-Next linear attention"].status == WARN
+    present = {"flash-attn": "2.8.3", "kernels": "0.12.3", "causal-conv1d": "1.7.0", "flash-linear-attention": "0.5.2"}
+    assert all(c.status == OK for c in doctor.check_attention_kernels(version=present.get))
+
+
+MOUNTS = """\
+/dev/nvme0n1p1 / ext4 rw 0 0
+tmpfs /tmp tmpfs rw 0 0
+fileserver:/export /shared nfs4 rw 0 0
+juicefs /mnt/jfs fuse.juicefs rw 0 0
+"""
+
+
+def test_filesystem_type_is_the_longest_mount_point():
+    assert doctor.filesystem_type("/shared/runs/x", MOUNTS) == "nfs4"
+    assert doctor.filesystem_type("/sharedx/runs", MOUNTS) == "ext4"
+    assert doctor.filesystem_type("/mnt/jfs/a", MOUNTS) == "fuse.juicefs"
+    assert doctor.is_shared_filesystem("nfs4") and doctor.is_shared_filesystem("fuse.juicefs")
+    assert not doctor.is_shared_filesystem("ext4") and not doctor.is_shared_filesystem(None)
+
+
+def test_multi_node_runs_need_shared_storage_for_checkpoints(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    mounts = f"/dev/sda1 / ext4 rw 0 0\nserver:/x {tmp_path} nfs rw 0 0\n"
+    env = {"HOME": "/nonexistent", "MODEL_PATH": str(model), "DATA_DIR": str(tmp_path), "NNODES": "2"}
+    local = {c.name: c for c in doctor.check_paths({**env, "OUTPUT_ROOT": "/var/local-runs"}, mounts)}
+    assert local["OUTPUT_ROOT"].status == FAIL and "per rank" in local["OUTPUT_ROOT"].detail
+    assert local["MODEL_PATH"].status == OK
+    shared = {c.name: c for c in doctor.check_paths({**env, "OUTPUT_ROOT": str(tmp_path / "runs")}, mounts)}
+    assert shared["OUTPUT_ROOT"].status == OK
+    one_node = {c.name: c for c in doctor.check_paths({**env, "NNODES": "1", "OUTPUT_ROOT": "/var/x"}, mounts)}
+    assert one_node["OUTPUT_ROOT"].status == OK
+    missing = {c.name: c for c in doctor.check_paths({**env, "MODEL_PATH": str(tmp_path / "nope")}, mounts)}
+    assert missing["MODEL_PATH"].status == FAIL
+
+
+def _doctor(*args, **env):
+    return subprocess.run(
+        [sys.executable, "-m", "dfpo.doctor", *args],
+        cwd=REPO_ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_the_cpu_stack_passes_here_and_the_cli_fails_the_gpu_checks(tmp_path):
+    paths = {"MODEL_PATH": str(tmp_path), "DATA_DIR": str(tmp_path), "OUTPUT_ROOT": str(tmp_path), "NNODES": "1"}
+    cpu = doctor.run_checks("cpu", {**os.environ, **paths})
+    assert [c.line() for c in cpu if c.status == FAIL] == []
+    assert {"pins in requirements-cpu.txt", "dfpo in verl", "code-reward sandbox"} <= {c.name for c in cpu}
+    gpu = _doctor(**paths)
+    assert gpu.returncode == 1
+    assert "[FAIL] torch CUDA build: torch is a CPU build" in gpu.stdout and "fix: pip install -r requirements.txt" in gpu.stdout
+    assert "[FAIL] pins in requirements.txt" in gpu.stdout  # torch 2.13.0 here, 2.11.0 pinned
