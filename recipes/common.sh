@@ -192,8 +192,19 @@ dfpo_launch() {
     shift
     dfpo_method_overrides "$method"
 
-    dfpo_require MODEL_PATH MODEL_NAME MAX_RESPONSE_LENGTH SP_SIZE ROLLOUT_TP \
-        PPO_MAX_TOKEN_LEN_PER_GPU LOG_PROB_MAX_TOKEN_LEN_PER_GPU USE_REMOVE_PADDING
+    dfpo_require MODEL_PATH MODEL_NAME MAX_RESPONSE_LENGTH SP_SIZE ROLLOUT_TP USE_REMOVE_PADDING
+    # dynamic batching (micro-batches filled up to a token budget) or fixed micro-batches of
+    # PPO_MICRO_BATCH_SIZE_PER_GPU / LOG_PROB_MICRO_BATCH_SIZE_PER_GPU sequences
+    local use_dynamic_bsz=false
+    dfpo_is_true "${USE_DYNAMIC_BSZ:-true}" && use_dynamic_bsz=true
+    if [[ "$use_dynamic_bsz" == true ]]; then
+        dfpo_require PPO_MAX_TOKEN_LEN_PER_GPU LOG_PROB_MAX_TOKEN_LEN_PER_GPU
+        dfpo_check_int PPO_MAX_TOKEN_LEN_PER_GPU "$PPO_MAX_TOKEN_LEN_PER_GPU" \
+            LOG_PROB_MAX_TOKEN_LEN_PER_GPU "$LOG_PROB_MAX_TOKEN_LEN_PER_GPU"
+    else
+        dfpo_check_int PPO_MICRO_BATCH_SIZE_PER_GPU "${PPO_MICRO_BATCH_SIZE_PER_GPU:-1}" \
+            LOG_PROB_MICRO_BATCH_SIZE_PER_GPU "${LOG_PROB_MICRO_BATCH_SIZE_PER_GPU:-1}"
+    fi
 
     # ---- paths ---------------------------------------------------------------------------------
     local python="${PYTHON:-python3}"
@@ -219,14 +230,19 @@ dfpo_launch() {
     dfpo_check_int NNODES "$nnodes" GPUS_PER_NODE "$gpus_per_node" GROUP_SIZE "$group_size" \
         TRAIN_BATCH_SIZE "$train_batch_size" PPO_MINI_BATCH_SIZE "$ppo_mini_batch_size" PPO_EPOCHS "$ppo_epochs" \
         MAX_PROMPT_LENGTH "$max_prompt_length" SEED "$seed" TOTAL_TRAINING_STEPS "$total_training_steps" \
-        MAX_RESPONSE_LENGTH "$MAX_RESPONSE_LENGTH" SP_SIZE "$SP_SIZE" ROLLOUT_TP "$ROLLOUT_TP" \
-        PPO_MAX_TOKEN_LEN_PER_GPU "$PPO_MAX_TOKEN_LEN_PER_GPU" LOG_PROB_MAX_TOKEN_LEN_PER_GPU "$LOG_PROB_MAX_TOKEN_LEN_PER_GPU"
+        MAX_RESPONSE_LENGTH "$MAX_RESPONSE_LENGTH" SP_SIZE "$SP_SIZE" ROLLOUT_TP "$ROLLOUT_TP"
     if ((train_batch_size % ppo_mini_batch_size != 0)); then
         dfpo_die "TRAIN_BATCH_SIZE=$train_batch_size is not a multiple of PPO_MINI_BATCH_SIZE=$ppo_mini_batch_size (each step would end with a smaller mini-batch)"
     fi
     local max_seq=$((max_prompt_length + MAX_RESPONSE_LENGTH))
-    if ((PPO_MAX_TOKEN_LEN_PER_GPU * SP_SIZE < max_seq || LOG_PROB_MAX_TOKEN_LEN_PER_GPU * SP_SIZE < max_seq)); then
+    if [[ "$use_dynamic_bsz" == true ]] &&
+        ((PPO_MAX_TOKEN_LEN_PER_GPU * SP_SIZE < max_seq || LOG_PROB_MAX_TOKEN_LEN_PER_GPU * SP_SIZE < max_seq)); then
         dfpo_die "token budget too small: PPO_MAX_TOKEN_LEN_PER_GPU=$PPO_MAX_TOKEN_LEN_PER_GPU and LOG_PROB_MAX_TOKEN_LEN_PER_GPU=$LOG_PROB_MAX_TOKEN_LEN_PER_GPU times SP_SIZE=$SP_SIZE must each hold one sequence of MAX_PROMPT_LENGTH+MAX_RESPONSE_LENGTH=$max_seq tokens"
+    fi
+    if [[ "$use_dynamic_bsz" == true ]] && ! dfpo_is_true "$USE_REMOVE_PADDING"; then
+        # verl fills a micro-batch up to the budget in real tokens, then pads every row to the
+        # longest: 30k + 2.4k + 2.4k fits a 34,816-token budget and becomes ~90k padded tokens
+        echo "dfpo recipe warning: USE_REMOVE_PADDING=false with dynamic batching: a micro-batch is padded to its longest row, so it can hold far more than PPO_MAX_TOKEN_LEN_PER_GPU=$PPO_MAX_TOKEN_LEN_PER_GPU padded tokens; for long sequences set USE_DYNAMIC_BSZ=false (micro-batches of PPO_MICRO_BATCH_SIZE_PER_GPU sequences)" >&2
     fi
 
     local use_kl_loss=false
@@ -283,8 +299,7 @@ dfpo_launch() {
         "actor_rollout_ref.actor.use_kl_loss=$use_kl_loss"
 
         # actor: memory and parallelism
-        "actor_rollout_ref.actor.use_dynamic_bsz=${USE_DYNAMIC_BSZ:-true}"
-        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=$PPO_MAX_TOKEN_LEN_PER_GPU"
+        "actor_rollout_ref.actor.use_dynamic_bsz=$use_dynamic_bsz"
         "actor_rollout_ref.actor.ulysses_sequence_parallel_size=$SP_SIZE"
         "actor_rollout_ref.actor.fsdp_config.param_offload=${PARAM_OFFLOAD:-true}"
         "actor_rollout_ref.actor.fsdp_config.optimizer_offload=${OPTIMIZER_OFFLOAD:-true}"
@@ -296,7 +311,6 @@ dfpo_launch() {
         "actor_rollout_ref.rollout.n=$group_size"
         "actor_rollout_ref.rollout.tensor_model_parallel_size=$ROLLOUT_TP"
         "actor_rollout_ref.rollout.gpu_memory_utilization=${GPU_MEMORY_UTILIZATION:-0.7}"
-        "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=$LOG_PROB_MAX_TOKEN_LEN_PER_GPU"
         "actor_rollout_ref.rollout.seed=$seed"
         "actor_rollout_ref.rollout.temperature=${TEMPERATURE:-1.0}"
         "actor_rollout_ref.rollout.top_p=${TOP_P:-1.0}"
@@ -331,6 +345,17 @@ dfpo_launch() {
         "trainer.default_local_dir=$(dfpo_quote "$ckpt_dir")"
         "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH=$(dfpo_quote "$file_log")"
     )
+    if [[ "$use_dynamic_bsz" == true ]]; then
+        overrides+=(
+            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=$PPO_MAX_TOKEN_LEN_PER_GPU"
+            "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=$LOG_PROB_MAX_TOKEN_LEN_PER_GPU"
+        )
+    else
+        overrides+=(
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=${PPO_MICRO_BATCH_SIZE_PER_GPU:-1}"
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=${LOG_PROB_MICRO_BATCH_SIZE_PER_GPU:-1}"
+        )
+    fi
     if [[ "$use_kl_loss" == true ]]; then
         # the KL loss and the reference policy it needs exist only with USE_KL_LOSS=true (verl builds
         # no reference worker otherwise, so these keys would be read by nothing)
@@ -339,8 +364,12 @@ dfpo_launch() {
             actor_rollout_ref.actor.kl_loss_type=low_var_kl
             "actor_rollout_ref.ref.fsdp_config.param_offload=${PARAM_OFFLOAD:-true}"
             "actor_rollout_ref.ref.ulysses_sequence_parallel_size=$SP_SIZE"
-            "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=$LOG_PROB_MAX_TOKEN_LEN_PER_GPU"
         )
+        if [[ "$use_dynamic_bsz" == true ]]; then
+            overrides+=("actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=$LOG_PROB_MAX_TOKEN_LEN_PER_GPU")
+        else
+            overrides+=("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=${LOG_PROB_MICRO_BATCH_SIZE_PER_GPU:-1}")
+        fi
     elif [[ -n "${KL_LOSS_COEF:-}" ]]; then
         dfpo_die "KL_LOSS_COEF=$KL_LOSS_COEF has no effect without USE_KL_LOSS=true: set USE_KL_LOSS=true or unset KL_LOSS_COEF"
     fi

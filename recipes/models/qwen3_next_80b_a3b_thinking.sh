@@ -14,8 +14,14 @@ MODEL_NAME=qwen3_next_80b_a3b_thinking
 # the right, after the causal sequence). Ulysses needs padding removal, hence SP_SIZE=1.
 : "${USE_REMOVE_PADDING:=false}"
 : "${SP_SIZE:=1}"
-: "${PPO_MAX_TOKEN_LEN_PER_GPU:=$(( MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH ))}"
-: "${LOG_PROB_MAX_TOKEN_LEN_PER_GPU:=$(( 2 * (MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH) ))}"
+# Fixed micro-batches of one sequence, not dynamic batching: verl fills a dynamic micro-batch up
+# to its token budget in real tokens, then pads every row to the longest one (30k + 2.4k + 2.4k
+# tokens fit a 34,816-token budget and become ~90k padded tokens, ~27 GB of bf16 logits). One
+# sequence per micro-batch bounds the padded tokens at MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH,
+# for training and for the log-prob pass alike.
+: "${USE_DYNAMIC_BSZ:=false}"
+: "${PPO_MICRO_BATCH_SIZE_PER_GPU:=1}"
+: "${LOG_PROB_MICRO_BATCH_SIZE_PER_GPU:=1}"
 : "${PARAM_OFFLOAD:=true}"            # 80B total parameters: fp32 master weights and Adam states on CPU
 : "${OPTIMIZER_OFFLOAD:=true}"
 : "${ROLLOUT_TP:=4}"                  # 160 GB of bf16 weights over 4 GPUs

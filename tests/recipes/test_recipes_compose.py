@@ -96,12 +96,14 @@ def test_recipe_resources_are_consistent(script):
     gpus_per_node = cfg.trainer.n_gpus_per_node
     sp = actor.ulysses_sequence_parallel_size
     longest = cfg.data.max_prompt_length + cfg.data.max_response_length
-    # verl's dynamic batching packs max_token_len_per_gpu × SP tokens per micro-batch and asserts
-    # that the longest sequence fits (verl/utils/seqlen_balancing.py)
-    assert actor.use_dynamic_bsz is True
-    assert actor.ppo_max_token_len_per_gpu * sp >= longest
-    assert rollout.log_prob_max_token_len_per_gpu * sp >= longest
-    assert ref.log_prob_max_token_len_per_gpu * ref.ulysses_sequence_parallel_size >= longest
+    if actor.use_dynamic_bsz:
+        # verl's dynamic batching packs max_token_len_per_gpu × SP tokens per micro-batch and
+        # asserts that the longest sequence fits (verl/utils/seqlen_balancing.py)
+        assert actor.ppo_max_token_len_per_gpu * sp >= longest
+        assert rollout.log_prob_max_token_len_per_gpu * sp >= longest
+        assert ref.log_prob_max_token_len_per_gpu * ref.ulysses_sequence_parallel_size >= longest
+    else:
+        assert actor.ppo_micro_batch_size_per_gpu >= 1 and rollout.log_prob_micro_batch_size_per_gpu >= 1
     assert ref.ulysses_sequence_parallel_size == sp
     # FSDP2 for actor and reference (verl syncs the engine's strategy from the actor's)
     assert omega_conf_to_dataclass(actor).fsdp_config.strategy == "fsdp2"

@@ -45,3 +45,24 @@ def test_gpt_oss_refuses_ulysses():
     result = run_recipe(GPT_OSS_SCRIPTS[0], env=recipe_env(SP_SIZE="4"))
     assert result.returncode != 0 and result.stdout == ""
     assert "SP_SIZE=4 for GPT-OSS" in result.stderr and "attention sinks" in result.stderr
+
+
+@pytest.mark.parametrize("script", sorted(EXPECTED_RUN_SCRIPTS))
+def test_unpacked_micro_batches_are_bounded_in_padded_tokens(script):
+    """Without packing, verl pads every row of a micro-batch to its longest row. Dynamic batching
+    bounds real tokens only (30k + 2.4k + 2.4k fit 34,816 and pad to ~90k), so a recipe that does
+    not pack must use fixed micro-batches of one sequence, for training and log-probs alike."""
+    cfg = composed_config(script)
+    if cfg.actor_rollout_ref.model.use_remove_padding:
+        return
+    actor, rollout = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
+    assert actor.use_dynamic_bsz is False and rollout.log_prob_use_dynamic_bsz is False
+    assert actor.ppo_micro_batch_size_per_gpu == 1 and rollout.log_prob_micro_batch_size_per_gpu == 1
+
+
+def test_unpacked_dynamic_batching_is_warned_about():
+    result = run_recipe(
+        "run_gspo_qwen3_next_80b_a3b_thinking.sh", env=recipe_env(USE_DYNAMIC_BSZ="true", PPO_MAX_TOKEN_LEN_PER_GPU="34816", LOG_PROB_MAX_TOKEN_LEN_PER_GPU="34816")
+    )
+    assert result.returncode == 0
+    assert "USE_REMOVE_PADDING=false with dynamic batching" in result.stderr and "USE_DYNAMIC_BSZ=false" in result.stderr

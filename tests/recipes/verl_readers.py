@@ -34,6 +34,14 @@ def _rollout_is_on(cfg) -> bool:
     return cfg.algorithm.rollout_correction.rollout_is is not None
 
 
+def _dynamic_bsz(cfg) -> bool:
+    return bool(cfg.actor_rollout_ref.actor.use_dynamic_bsz)
+
+
+def _fixed_micro_batches(cfg) -> bool:
+    return not cfg.actor_rollout_ref.actor.use_dynamic_bsz
+
+
 def _dfpo_loss(cfg) -> bool:
     return cfg.actor_rollout_ref.actor.policy_loss.loss_mode == "dfpo"
 
@@ -116,7 +124,12 @@ READERS: dict[str, Reader] = {
     f"{_AR}.actor.policy_loss.dfpo_exact_groups": Reader("dfpo/workers.py", "options.dfpo_exact_groups", _dfpo_loss),
     # actor: memory and parallelism (the engine reads fsdp_config; FSDPActorConfig copies SP into it)
     f"{_AR}.actor.use_dynamic_bsz": Reader(_WORKERS, "engine_config.use_dynamic_bsz = self.config.actor.use_dynamic_bsz"),
-    f"{_AR}.actor.ppo_max_token_len_per_gpu": Reader(_WORKERS, "max_token_len_per_gpu = self.config.actor.ppo_max_token_len_per_gpu"),
+    f"{_AR}.actor.ppo_max_token_len_per_gpu": Reader(
+        _WORKERS, "max_token_len_per_gpu = self.config.actor.ppo_max_token_len_per_gpu", _dynamic_bsz
+    ),
+    f"{_AR}.actor.ppo_micro_batch_size_per_gpu": Reader(
+        _WORKERS, "micro_batch_size_per_gpu = (\n                self.config.actor.ppo_micro_batch_size_per_gpu", _fixed_micro_batches
+    ),
     f"{_AR}.actor.ulysses_sequence_parallel_size": Reader(
         "workers/config/actor.py", "self.fsdp_config.ulysses_sequence_parallel_size = self.ulysses_sequence_parallel_size"
     ),
@@ -126,13 +139,23 @@ READERS: dict[str, Reader] = {
     # reference policy: built only for the KL loss
     f"{_AR}.ref.fsdp_config.param_offload": Reader(_WORKERS, "ref_training_config", _kl_loss_on),
     f"{_AR}.ref.ulysses_sequence_parallel_size": Reader(_WORKERS, "ref_training_config", _kl_loss_on),
-    f"{_AR}.ref.log_prob_max_token_len_per_gpu": Reader(_WORKERS, 'self.config.ref.pop("log_prob_max_token_len_per_gpu", None)', _kl_loss_on),
+    f"{_AR}.ref.log_prob_max_token_len_per_gpu": Reader(
+        _WORKERS, 'self.config.ref.pop("log_prob_max_token_len_per_gpu", None)', lambda c: _kl_loss_on(c) and _dynamic_bsz(c)
+    ),
+    f"{_AR}.ref.log_prob_micro_batch_size_per_gpu": Reader(
+        _WORKERS, 'self.config.ref.pop(\n                    "log_prob_micro_batch_size_per_gpu", None\n                )', lambda c: _kl_loss_on(c) and _fixed_micro_batches(c)
+    ),
     # rollout
     f"{_AR}.rollout.name": Reader("workers/rollout/llm_server.py", "self.rollout_config.name,"),
     f"{_AR}.rollout.n": Reader(_AGENT_LOOP, "config.n if not trajectory"),
     f"{_AR}.rollout.tensor_model_parallel_size": Reader(_VLLM, '"tensor_parallel_size": self.config.tensor_model_parallel_size'),
     f"{_AR}.rollout.gpu_memory_utilization": Reader(_VLLM, '"gpu_memory_utilization": self.config.gpu_memory_utilization'),
-    f"{_AR}.rollout.log_prob_max_token_len_per_gpu": Reader(_WORKERS, "self.config.rollout.log_prob_max_token_len_per_gpu"),
+    f"{_AR}.rollout.log_prob_max_token_len_per_gpu": Reader(
+        _WORKERS, "self.config.rollout.log_prob_max_token_len_per_gpu", _dynamic_bsz
+    ),
+    f"{_AR}.rollout.log_prob_micro_batch_size_per_gpu": Reader(
+        _WORKERS, "self.config.rollout.log_prob_micro_batch_size_per_gpu", _fixed_micro_batches
+    ),
     f"{_AR}.rollout.seed": Reader(_VLLM, '"seed": self.replica_rank + self.config.seed'),
     f"{_AR}.rollout.temperature": Reader(_AGENT_LOOP, "temperature=config.temperature"),
     f"{_AR}.rollout.top_p": Reader(_AGENT_LOOP, "top_p=config.top_p"),
