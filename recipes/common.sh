@@ -185,6 +185,36 @@ dfpo_check_local_path() {
     fi
 }
 
+# Filesystems every node of a cluster sees at the same path (types as df --output=fstype names them).
+DFPO_SHARED_FS_TYPES="nfs nfs4 lustre gpfs beegfs cephfs ceph glusterfs wekafs cifs smb3 9p virtiofs"
+
+# dfpo_fs_type PATH: the filesystem type of PATH's nearest existing ancestor ("" when unknown).
+dfpo_fs_type() {
+    local path="$1"
+    while [[ -n "$path" && ! -e "$path" ]]; do
+        path="$(dirname "$path")"
+    done
+    df --output=fstype "${path:-/}" 2>/dev/null | tail -n 1 | tr -d ' '
+}
+
+# dfpo_check_shared_checkpoints NNODES DIR: with several nodes, every rank writes its checkpoint
+# shard under DIR and resume / verl.model_merger need all of them at one path: refuse node-local DIR.
+dfpo_check_shared_checkpoints() {
+    local nnodes="$1" dir="$2" fs_type
+    ((nnodes > 1)) || return 0
+    dfpo_is_true "${ALLOW_LOCAL_CHECKPOINTS:-0}" && return 0
+    fs_type="$(dfpo_fs_type "$dir")"
+    if [[ " $DFPO_SHARED_FS_TYPES " == *" $fs_type "* || "$fs_type" == fuse.* ]]; then
+        return 0
+    fi
+    local message="checkpoint directory $dir is on ${fs_type:-an unknown filesystem}, not shared storage, with NNODES=$nnodes: every rank writes its checkpoint shard there, and resume and verl.model_merger need all shards at one path. Set OUTPUT_ROOT (or CKPT_DIR) to shared storage (NFS, Lustre, GPFS, ...), or ALLOW_LOCAL_CHECKPOINTS=1 if this path is shared in a way this check does not recognise."
+    if dfpo_is_true "${DRY_RUN:-0}"; then
+        echo "dfpo recipe warning: $message" >&2
+    else
+        dfpo_die "$message"
+    fi
+}
+
 # dfpo_launch METHOD [HYDRA_OVERRIDE...]: run (or with DRY_RUN=1 print) one training run.
 dfpo_launch() {
     [[ $# -ge 1 ]] || dfpo_die "usage: dfpo_launch METHOD [hydra overrides...]; methods: ${DFPO_METHODS[*]}"
@@ -389,6 +419,7 @@ dfpo_launch() {
     local cmd=("$python" -m dfpo.main "${overrides[@]}" "$@")
 
     # ---- files the run reads -------------------------------------------------------------------
+    dfpo_check_shared_checkpoints "$nnodes" "$ckpt_dir"
     # A model file may build its model and data first (recipes/models/tiny_cpu.sh does).
     if declare -F dfpo_model_prepare >/dev/null && ! dfpo_is_true "${DRY_RUN:-0}"; then
         dfpo_model_prepare

@@ -100,6 +100,7 @@ KNOB_VALUES: dict[str, tuple[str, dict[str, str]]] = {
 LAUNCHER_KNOBS = {
     "PYTHON": "the interpreter of the printed command",
     "DRY_RUN": "print instead of run",
+    "ALLOW_LOCAL_CHECKPOINTS": "accept node-local checkpoints on several nodes (test_launch_multi_node.py)",
 }
 
 

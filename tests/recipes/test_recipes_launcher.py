@@ -201,6 +201,7 @@ def run_setup(tmp_path):
         PYTHON=str(python),
         OUTPUT_ROOT=str(tmp_path / "runs"),
         FAKE_ARGS=str(tmp_path / "args.txt"),
+        NNODES="1",  # one node: a node-local OUTPUT_ROOT is fine (test_launch_multi_node.py: several)
     )
     return tmp_path, env
 
