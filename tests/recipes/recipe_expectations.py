@@ -46,6 +46,18 @@ EXPECTED_RUN_SCRIPTS = frozenset(
     + [f"run_{method}_qwen3_32b.sh" for method in ABLATIONS]
 )
 
+# Not the paper's grid: a first affordable GPU run (Qwen3-1.7B, one node, short responses) and the
+# one-GPU smoke run of scripts/gpu_smoke.sh (Qwen3-0.6B, 2 steps).
+NEWCOMER_MODELS = ("qwen3_1p7b", "qwen3_0p6b")
+NEWCOMER_RUN_SCRIPTS = frozenset(
+    ["run_dfpo_min_replace_qwen3_1p7b.sh", "run_gspo_qwen3_1p7b.sh", "run_dfpo_min_replace_qwen3_0p6b.sh"]
+)
+SMOKE_SCRIPT = "run_dfpo_min_replace_qwen3_0p6b.sh"
+# Every GPU run script: what the launcher tests and the "every key is read" test cover.
+GPU_RUN_SCRIPTS = EXPECTED_RUN_SCRIPTS | NEWCOMER_RUN_SCRIPTS
+# The CPU recipes (recipes/models/tiny_cpu.sh): one per method, tested end to end elsewhere.
+CPU_RUN_SCRIPTS = frozenset(f"run_{method}_tiny_cpu.sh" for method in METHODS)
+
 SWEEP_SCRIPT = "sweep_group_size_qwen3_32b.sh"
 PAPER_GROUP_SIZES = (2, 4, 8, 16)
 DEFAULT_GROUP_SIZE = 8
@@ -67,7 +79,7 @@ LEGACY_TOP_LEVEL_SECTIONS = ("custom_reward_function", "reward_model", "sandbox_
 def split_script_name(script: str) -> tuple[str, str]:
     """``run_<method>_<model>.sh`` -> (method, model), matching the longest known model suffix."""
     stem = script.removeprefix("run_").removesuffix(".sh")
-    for model in MODELS:
+    for model in MODELS + NEWCOMER_MODELS + ("tiny_cpu",):
         if stem.endswith("_" + model):
             return stem[: -len(model) - 1], model
     raise ValueError(f"{script}: no known model in the name (known: {MODELS})")

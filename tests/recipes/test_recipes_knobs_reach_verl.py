@@ -25,7 +25,7 @@ from omegaconf import OmegaConf, open_dict
 
 from dfpo.hydra_config import compose_trainer_config
 from tests.recipes.recipe_commands import REPO_ROOT, composed_config, default_command, dry_run
-from tests.recipes.recipe_expectations import EXPECTED_RUN_SCRIPTS, SWEEP_SCRIPT
+from tests.recipes.recipe_expectations import GPU_RUN_SCRIPTS, SWEEP_SCRIPT
 from tests.recipes.verl_readers import READERS, reader_of
 
 SCRIPT = "run_dfpo_min_replace_qwen3_32b.sh"
@@ -170,7 +170,7 @@ def test_the_knob_table_and_this_test_list_the_same_knobs():
     assert set(documented) == set(KNOB_VALUES) | set(LAUNCHER_KNOBS)
 
 
-@pytest.mark.parametrize("script", sorted(EXPECTED_RUN_SCRIPTS))
+@pytest.mark.parametrize("script", sorted(GPU_RUN_SCRIPTS))
 def test_every_key_a_recipe_sets_is_read_on_the_v1_engine_path(script):
     command, cfg = default_command(script), composed_config(script)
     for override in command.overrides:

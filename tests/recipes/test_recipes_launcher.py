@@ -25,10 +25,10 @@ from tests.recipes.recipe_commands import (
     recipe_env,
     run_recipe,
 )
-from tests.recipes.recipe_expectations import EXPECTED_RUN_SCRIPTS, METHODS
+from tests.recipes.recipe_expectations import GPU_RUN_SCRIPTS, METHODS
 
 ALL_SHELL_FILES = sorted(p.relative_to(REPO_ROOT).as_posix() for p in RECIPES_DIR.rglob("*.sh"))
-RUN_SCRIPTS = sorted(EXPECTED_RUN_SCRIPTS)
+RUN_SCRIPTS = sorted(GPU_RUN_SCRIPTS)
 SCRIPT = "run_dfpo_min_replace_qwen3_32b.sh"
 
 

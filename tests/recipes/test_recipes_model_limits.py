@@ -9,9 +9,9 @@ import inspect
 import pytest
 
 from tests.recipes.recipe_commands import composed_config, recipe_env, run_recipe
-from tests.recipes.recipe_expectations import EXPECTED_RUN_SCRIPTS, split_script_name
+from tests.recipes.recipe_expectations import GPU_RUN_SCRIPTS, split_script_name
 
-GPT_OSS_SCRIPTS = sorted(s for s in EXPECTED_RUN_SCRIPTS if split_script_name(s)[1] == "gpt_oss_120b")
+GPT_OSS_SCRIPTS = sorted(s for s in GPU_RUN_SCRIPTS if split_script_name(s)[1] == "gpt_oss_120b")
 
 
 def test_the_reason_gpt_oss_cannot_use_ulysses_still_holds():
@@ -47,7 +47,7 @@ def test_gpt_oss_refuses_ulysses():
     assert "SP_SIZE=4 for GPT-OSS" in result.stderr and "attention sinks" in result.stderr
 
 
-@pytest.mark.parametrize("script", sorted(EXPECTED_RUN_SCRIPTS))
+@pytest.mark.parametrize("script", sorted(GPU_RUN_SCRIPTS))
 def test_unpacked_micro_batches_are_bounded_in_padded_tokens(script):
     """Without packing, verl pads every row of a micro-batch to its longest row. Dynamic batching
     bounds real tokens only (30k + 2.4k + 2.4k fit 34,816 and pad to ~90k), so a recipe that does
