@@ -117,6 +117,12 @@ class PlatformCPU(PlatformBase):
     def is_available(self) -> bool:
         return True
 
+    def is_platform_available(self, use_smi_check: bool = False) -> bool:
+        # Never auto-detected: verl probes every registered platform when VERL_PLATFORM is unset,
+        # and a CPU-only Ray actor of a GPU run (the TaskRunner, reward workers) must keep verl's
+        # fallback ("nvidia"), not become a CPU process. Only VERL_PLATFORM=cpu selects this one.
+        return False
+
     def current_device(self):
         # verl moves every micro-batch with ``micro_batch.to(get_device_id())``; an integer
         # would mean ``cuda:<i>``, the string keeps tensors on the CPU.

@@ -1,15 +1,14 @@
 """Run verl 0.9.1's real actor worker path on CPU, for integration tests (test-only).
 
 verl 0.9.1 ships no CPU platform and registers its FSDP engine for ``cuda``/``npu`` only. This
-module adds what is missing through verl's own extension points, without editing verl's files:
+module uses dfpo's local CPU backend (:mod:`dfpo.local`, shared with the CPU recipes) for what is
+missing, through verl's own extension points, without editing verl's files:
 
-* :class:`PlatformCPU` registered with ``verl.plugin.platform.PlatformRegistry`` as ``cpu``
-  (made current by :func:`install_cpu_platform`; ``VERL_PLATFORM=cpu`` in rank processes): device ``"cpu"``,
-  backend ``gloo`` and a device module (:class:`CPUDeviceModule`) answering the
-  ``torch.cuda``-style calls verl makes on the actor path;
-* verl's own ``FSDPEngineWithLMHead`` registered in ``verl.workers.engine.EngineRegistry`` for
-  device ``"cpu"``, backend ``fsdp2``. (FSDP1 cannot run on CPU: verl wraps with
-  ``sync_module_states=True``, which torch allows only for GPU tensors.)
+* :class:`dfpo.local.platform.PlatformCPU`, registered with verl's ``PlatformRegistry`` as
+  ``cpu`` and made current by :func:`install_cpu_platform` (``VERL_PLATFORM=cpu`` in rank
+  processes): device ``"cpu"``, backend ``gloo`` and a ``torch.cuda``-style device module;
+* verl's own ``FSDPEngineWithLMHead`` registered for device ``"cpu"``, backend ``fsdp2``
+  (:func:`dfpo.local.activate.register_cpu_engine`).
 
 On top of the shim, what a test needs (each documented below):
 
@@ -31,14 +30,12 @@ On top of the shim, what a test needs (each documented below):
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import io
 import os
 import queue as queue_module
 import socket
-import string
 import sys
 import time
 import traceback
@@ -47,185 +44,29 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from verl.plugin.platform import PlatformBase, PlatformRegistry, get_platform, set_platform
+from verl.plugin.platform import PlatformBase, get_platform, set_platform
+
+from dfpo.local.activate import register_cpu_engine
+from dfpo.local.platform import CPU_PLATFORM_NAME, PlatformCPU
+from dfpo.local.tiny_model import build_char_tokenizer
 
 # The repository root, put on a rank process's sys.path before it runs the test's function.
 _REPO_ROOT = str(Path(__file__).resolve().parents[2])
 
-CPU_PLATFORM_NAME = "cpu"
 
 # ---------------------------------------------------------------------------------------------
 # 1. The CPU shim
 # ---------------------------------------------------------------------------------------------
 
 
-class CPUDeviceModule:
-    """Stands in for ``torch.cuda`` where verl asks ``get_torch_device()`` (= the platform's
-    ``device_module``) for device services.
-
-    Anything ``torch.cpu`` already provides (``current_device`` -> ``"cpu"``, ``synchronize``,
-    ``is_available``, ``device_count``, ``set_device``, streams) is forwarded to it; the members
-    below are the ones verl calls on the actor path that ``torch.cpu`` lacks.
-    """
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return getattr(torch.cpu, name)
-        except AttributeError:
-            raise AttributeError(
-                f"verl called get_torch_device().{name}, which neither torch.cpu nor the test CPU "
-                f"shim ({__file__}: CPUDeviceModule) provides; add it there with a note on the call site"
-            ) from None
-
-    # ``empty_cache`` - engine_workers.init_model -> memory_utils.aggressive_empty_cache and the
-    # FSDP engine's offload paths: nothing is cached on CPU.
-    @staticmethod
-    def empty_cache() -> None:
-        return None
-
-    # ``max_memory_allocated`` / ``max_memory_reserved`` - TrainingWorker._postprocess_output
-    # logs them into every update_actor / compute_log_prob metric dict; ``memory_allocated`` /
-    # ``memory_reserved`` - profiler.log_gpu_memory_usage. There is no device pool on CPU: 0.
-    @staticmethod
-    def max_memory_allocated(device: Any = None) -> int:
-        return 0
-
-    @staticmethod
-    def max_memory_reserved(device: Any = None) -> int:
-        return 0
-
-    @staticmethod
-    def memory_allocated(device: Any = None) -> int:
-        return 0
-
-    @staticmethod
-    def memory_reserved(device: Any = None) -> int:
-        return 0
-
-    # ``mem_get_info`` - memory_utils / profiler report free and total device memory: on CPU
-    # that is host memory.
-    @staticmethod
-    def mem_get_info(device: Any = None) -> tuple[int, int]:
-        import psutil
-
-        memory = psutil.virtual_memory()
-        return memory.available, memory.total
-
-    # ``get_device_name`` - flops_counter.get_device_flops (the MFU metric of every update)
-    # names the device unless the module *is* torch.cpu, in which case it uses "CPU": same here.
-    @staticmethod
-    def get_device_name(device: Any = None) -> str:
-        return "CPU"
-
-    # ``get_rng_state`` / ``set_rng_state`` / ``manual_seed`` - verl saves and restores the device
-    # RNG around checkpointed regions; on CPU the device RNG is torch's default generator.
-    @staticmethod
-    def get_rng_state(device: Any = None) -> torch.Tensor:
-        return torch.get_rng_state()
-
-    @staticmethod
-    def set_rng_state(state: torch.Tensor, device: Any = None) -> None:
-        torch.set_rng_state(state)
-
-    @staticmethod
-    def manual_seed(seed: int) -> None:
-        torch.manual_seed(seed)
-
-    @staticmethod
-    def manual_seed_all(seed: int) -> None:
-        torch.manual_seed(seed)
-
-
-class PlatformCPU(PlatformBase):
-    """verl platform for CPU-only test processes: device ``cpu``, collectives over ``gloo``."""
-
-    _device_module = CPUDeviceModule()
-
-    @property
-    def device_name(self) -> str:
-        return "cpu"
-
-    @property
-    def vendor_name(self) -> str:
-        return "cpu"
-
-    @property
-    def device_module(self) -> ModuleType:
-        return self._device_module  # type: ignore[return-value]
-
-    def is_available(self) -> bool:
-        return True
-
-    def current_device(self):
-        # verl moves every micro-batch with ``micro_batch.to(get_device_id())``; an integer
-        # would mean ``cuda:<i>``, the string keeps tensors on the CPU.
-        return "cpu"
-
-    def device_count(self) -> int:
-        return 1
-
-    def set_device(self, device_index: int) -> None:
-        return None
-
-    def synchronize(self, device_index=None) -> None:
-        return None
-
-    def manual_seed(self, seed: int) -> None:
-        torch.manual_seed(seed)
-
-    def manual_seed_all(self, seed: int) -> None:
-        torch.manual_seed(seed)
-
-    def set_allocator_settings(self, settings: str) -> None:
-        # verl toggles CUDA's expandable segments around weight syncs; no allocator to tune.
-        return None
-
-    def empty_cache(self) -> None:
-        return None
-
-    def get_device_capability(self, device_index: int = 0):
-        return None, None
-
-    def communication_backend_name(self) -> str:
-        return "gloo"
-
-    def visible_devices_envvar(self) -> str:
-        # Worker.env_keys() lists this variable; nothing reads it on CPU.
-        return "VERL_CPU_VISIBLE_DEVICES"
-
-    @contextlib.contextmanager
-    def nvtx_range(self, msg: str):
-        yield
-
-    def profiler_start(self) -> None:
-        return None
-
-    def profiler_stop(self) -> None:
-        return None
-
-    def ray_resource_name(self) -> str:
-        return "CPU"
-
-    def ray_noset_envvars(self) -> list[str]:
-        return []
-
-    def is_ipc_supported(self) -> bool:
-        return False
-
-    def cudart(self):
-        return None
-
-
-# Registering only adds the class to verl's registry; nothing uses it until VERL_PLATFORM=cpu or
-# install_cpu_platform() selects it. Done at import so that a process that imports this module
-# before verl resolves its platform (the forkserver of run_ranks) can resolve "cpu".
-if PlatformRegistry.get(CPU_PLATFORM_NAME) is None:
-    PlatformRegistry.register(platform=CPU_PLATFORM_NAME)(PlatformCPU)
+# Registering only adds the class to verl's registry (dfpo.local.platform does it at import); nothing
+# uses it until VERL_PLATFORM=cpu or install_cpu_platform() selects it. Importing it here, before verl
+# resolves its platform, lets a process that imports this module first (the forkserver of
+# run_ranks) resolve "cpu".
 
 
 def install_cpu_platform() -> PlatformBase:
@@ -246,13 +87,9 @@ def install_cpu_platform() -> PlatformBase:
     if previous.device_name != "cpu":
         set_platform(PlatformCPU())
 
-    from verl.workers.engine import EngineRegistry, FSDPEngineWithLMHead
-
-    # EngineRegistry.register asserts on a second registration of the same key, so register only
-    # if no engine is registered for "cpu" yet. Only fsdp2: with strategy=fsdp, verl then says
-    # "No engine registered for device='cpu' ... backend='fsdp'" instead of failing inside FSDP1.
-    if "cpu" not in EngineRegistry._engines["language_model"].get("fsdp2", {}):
-        EngineRegistry.register(model_type="language_model", backend="fsdp2", device="cpu")(FSDPEngineWithLMHead)
+    # Only fsdp2: with strategy=fsdp, verl then says "No engine registered for device='cpu' ...
+    # backend='fsdp'" instead of failing inside FSDP1.
+    register_cpu_engine()
     return previous
 
 
@@ -275,26 +112,16 @@ class TinyModelSpec:
     max_position_embeddings: int = 256
 
 
-# Special tokens first, then printable characters one token each, then fillers up to vocab_size.
-PAD_TOKEN, BOS_TOKEN, EOS_TOKEN = "<|pad|>", "<|bos|>", "<|eos|>"
+# dfpo's character-level chat tokenizer (dfpo.local.tiny_model): padding 0, two special tokens,
+# then one token per printable character and fillers up to vocab_size.
 PAD_TOKEN_ID, BOS_TOKEN_ID, EOS_TOKEN_ID = 0, 1, 2
 FIRST_ORDINARY_TOKEN_ID = 3
 
 
 def _build_tokenizer(vocab_size: int):
-    """A character-level fast tokenizer built in memory (no download)."""
-    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    characters = list(string.ascii_letters + string.digits + string.punctuation + " ")
-    ordinary = (characters + [f"<|t{i}|>" for i in range(vocab_size)])[: vocab_size - FIRST_ORDINARY_TOKEN_ID]
-    vocab = {PAD_TOKEN: PAD_TOKEN_ID, BOS_TOKEN: BOS_TOKEN_ID, EOS_TOKEN: EOS_TOKEN_ID}
-    vocab.update({token: FIRST_ORDINARY_TOKEN_ID + i for i, token in enumerate(ordinary)})
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=PAD_TOKEN))
-    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend, pad_token=PAD_TOKEN, bos_token=BOS_TOKEN, eos_token=EOS_TOKEN
-    )
+    """The character-level tokenizer filled with unused tokens up to ``vocab_size`` ids."""
+    tokenizer = build_char_tokenizer()
+    return build_char_tokenizer(extra_tokens=max(0, vocab_size - len(tokenizer)))
 
 
 def save_tiny_model(directory: str | os.PathLike, seed: int = 0, spec: TinyModelSpec = TinyModelSpec()) -> str:
