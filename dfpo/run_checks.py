@@ -1,0 +1,77 @@
+"""``python -m dfpo.run_checks LOG.jsonl --steps N`` — did a short training run do what it should?
+
+Reads verl's file log of one launch and checks, printing one PASS/FAIL line each:
+
+* every step 1..N was logged (a resumed run that silently trained 0 steps fails here);
+* the reward was computed (``critic/score/mean``) and the gradient is finite and non-zero
+  (``actor/grad_norm``);
+* for DFPO (``--dfpo``): the transform cancels the shared-token gradient
+  (``actor/dfpo/cancellation_residual_after`` < 1e-6);
+* ``--old-log-probs recomputed|rollout``: whether the DFPO worker found the old log-probs
+  recomputed by the actor (the default) or copied from the rollout (verl's rollout-correction
+  bypass mode) — ``actor/dfpo/old_log_probs_recomputed`` = 1 or 0;
+* the rollout-vs-actor log-prob gap (``training/rollout_probs_diff_max``) is reported, not judged.
+
+Used by ``scripts/gpu_smoke.sh``; exits 1 when a check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+from dfpo.evaluation.verl_logs import TrainingLog, read_file_log
+
+RESIDUAL_TOLERANCE = 1e-6
+
+
+def _values(log: TrainingLog, key: str) -> list[float]:
+    series = log.get(key)
+    return [] if series is None else [float(v) for v in series.values]
+
+
+def check_run(log: TrainingLog, steps: int, dfpo: bool, old_log_probs: str | None) -> list[tuple[bool, str]]:
+    """(passed, description) for each check of a run expected to log steps 1..``steps``."""
+    results = []
+    logged = sorted({int(s) for series in log.values() for s in series.steps})
+    expected = list(range(1, steps + 1))
+    results.append((all(s in logged for s in expected), f"steps {expected[0]}..{expected[-1]} logged (found {logged})"))
+    score = _values(log, "critic/score/mean")
+    results.append((bool(score) and all(math.isfinite(v) for v in score), f"reward computed: critic/score/mean = {score}"))
+    grad = _values(log, "actor/grad_norm")
+    results.append((bool(grad) and all(math.isfinite(v) and v > 0 for v in grad), f"finite non-zero gradient: actor/grad_norm = {grad}"))
+    if dfpo:
+        residual = _values(log, "actor/dfpo/cancellation_residual_after")
+        ok = bool(residual) and max(residual) < RESIDUAL_TOLERANCE
+        results.append((ok, f"DFPO cancels the shared-token gradient: actor/dfpo/cancellation_residual_after = {residual}"))
+    if old_log_probs is not None:
+        flag = _values(log, "actor/dfpo/old_log_probs_recomputed")
+        want = 1.0 if old_log_probs == "recomputed" else 0.0
+        results.append((bool(flag) and all(v == want for v in flag), f"old log-probs {old_log_probs}: actor/dfpo/old_log_probs_recomputed = {flag}"))
+    gap = _values(log, "training/rollout_probs_diff_max")
+    results.append((True, f"rollout vs actor log-prob gap (reported): training/rollout_probs_diff_max = {gap or 'not logged'}"))
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dfpo.run_checks", description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument("log", type=Path, help="verl's file log of the launch (<OUTPUT_ROOT>/logs/<project>/<experiment>.<time>.jsonl)")
+    parser.add_argument("--steps", type=int, required=True, help="the run's TOTAL_TRAINING_STEPS")
+    parser.add_argument("--dfpo", action="store_true", help="the run used the dfpo loss")
+    parser.add_argument("--old-log-probs", choices=("recomputed", "rollout"), help="where the old log-probs must have come from")
+    args = parser.parse_args(argv)
+    try:
+        log = read_file_log(args.log)
+    except (OSError, ValueError) as error:
+        print(f"FAIL  cannot read {args.log}: {error}")
+        return 1
+    results = check_run(log, args.steps, args.dfpo, args.old_log_probs)
+    for passed, text in results:
+        print(f"{'PASS' if passed else 'FAIL'}  {text}")
+    return 0 if all(passed for passed, _ in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

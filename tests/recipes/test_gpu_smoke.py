@@ -1,0 +1,122 @@
+"""scripts/gpu_smoke.sh end to end on CPU, with stand-ins for the GPU-only steps.
+
+The stand-in interpreter answers ``-m dfpo.doctor``, ``-m dfpo.main`` (it writes the file log and
+checkpoint a 2-step run leaves, from the overrides the recipe really passed), ``-m
+verl.model_merger`` and ``-m dfpo.evaluation.generate``; everything else — the toy data through
+data_prep, ``python -m dfpo.run_checks`` on the log, the recipe and its launcher — runs for real.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from dfpo.run_checks import check_run
+from dfpo.evaluation.verl_logs import read_file_log
+from tests.recipes.recipe_commands import REPO_ROOT
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+echo "$*" >> "$FAKE_CALLS"
+case "$1 $2" in
+    "-c import dfpo.main") exit 0 ;;  # the launcher's install check (tested in test_recipes_launcher.py)
+    "-m dfpo.doctor") echo "[  ok] stand-in doctor"; exit "${FAKE_DOCTOR_STATUS:-0}" ;;
+    "-m dfpo.main") exec "$REAL_PYTHON" "$FAKE_MAIN" "${@:3}" ;;
+    "-m verl.model_merger") mkdir -p "${@: -1}" && echo '{}' > "${@: -1}/config.json"; exit 0 ;;
+    "-m dfpo.evaluation.generate")
+        while [[ $# -gt 0 && "$1" != --output-dir ]]; do shift; done
+        mkdir -p "$2" && echo '{}' > "$2/summary.json"; exit "${FAKE_EVAL_STATUS:-0}" ;;
+esac
+exec "$REAL_PYTHON" "$@"
+"""
+
+# What verl's trainer leaves after TOTAL_TRAINING_STEPS steps: the file log at VERL_FILE_LOGGER_PATH
+# (with the DFPO worker's metrics) and the last checkpoint under trainer.default_local_dir.
+FAKE_MAIN = """
+import json, os, sys
+args = dict(a.lstrip("+").split("=", 1) for a in sys.argv[1:])
+unquote = lambda v: v.strip("'")
+steps = int(args["trainer.total_training_steps"])
+bypass = args.get("algorithm.rollout_correction.bypass_mode") == "true"
+with open(unquote(args["ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"]), "w") as log:
+    for step in range(1, steps + 1):
+        data = {"critic/score/mean": 0.25, "actor/grad_norm": 0.5, "actor/dfpo/cancellation_residual_after": 1e-9,
+                "actor/dfpo/old_log_probs_recomputed": 0.0 if bypass else 1.0, "training/rollout_probs_diff_max": 0.1}
+        log.write(json.dumps({"step": step, "data": data}) + "\\n")
+os.makedirs(os.path.join(unquote(args["trainer.default_local_dir"]), f"global_step_{steps}", "actor"))
+"""
+
+
+@pytest.fixture
+def smoke(tmp_path):
+    python = tmp_path / "python3"
+    python.write_text(FAKE_PYTHON)
+    python.chmod(0o755)
+    (tmp_path / "fake_main.py").write_text(FAKE_MAIN)
+    model = tmp_path / "Qwen3-0.6B"
+    model.mkdir()
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "PYTHON": str(python),
+        "REAL_PYTHON": sys.executable,
+        "FAKE_MAIN": str(tmp_path / "fake_main.py"),
+        "FAKE_CALLS": str(tmp_path / "calls.txt"),
+        "MODEL_PATH": str(model),
+        "OUTPUT_ROOT": str(tmp_path / "smoke"),
+    }
+
+    def run(**extra):
+        return subprocess.run(
+            ["bash", "scripts/gpu_smoke.sh"], cwd=REPO_ROOT, env={**env, **extra}, capture_output=True, text=True, timeout=300
+        )
+
+    return tmp_path, run
+
+
+def test_gpu_smoke_runs_every_stage_and_passes(smoke):
+    tmp_path, run = smoke
+    result = run()
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    summary = result.stdout.split("gpu_smoke summary", 1)[1]
+    for stage in ("environment", "toy data", "train DFPO 2 steps", "bypass mode", "merge", "evaluate 2 problems"):
+        line = next(line for line in summary.splitlines() if stage in line)
+        assert " PASS " in line, line
+    calls = (tmp_path / "calls.txt").read_text().splitlines()
+    trains = [c for c in calls if c.startswith("-m dfpo.main")]
+    assert len(trains) == 2 and "algorithm.rollout_correction.bypass_mode=true" in trains[1]
+    assert "trainer.total_training_steps=2" in trains[0] and "actor_rollout_ref.rollout.name=vllm" in trains[0]
+    assert "PASS  old log-probs recomputed" in result.stdout and "PASS  old log-probs rollout" in result.stdout
+    evaluate = next(c for c in calls if c.startswith("-m dfpo.evaluation.generate"))
+    assert "--backend vllm" in evaluate and "--limit 2" in evaluate and f"--model {tmp_path}/smoke/merged" in evaluate
+    # the real toy data, from data_prep
+    assert (tmp_path / "smoke" / "data" / "arithmetic_train.parquet").is_file()
+
+
+def test_gpu_smoke_reports_a_failed_stage_and_keeps_going(smoke):
+    _, run = smoke
+    result = run(FAKE_DOCTOR_STATUS="1", FAKE_EVAL_STATUS="1")
+    assert result.returncode == 1
+    summary = result.stdout.split("gpu_smoke summary", 1)[1]
+    assert " FAIL " in next(line for line in summary.splitlines() if "environment" in line)
+    assert " PASS " in next(line for line in summary.splitlines() if "train DFPO 2 steps" in line)
+    assert " FAIL " in next(line for line in summary.splitlines() if "evaluate" in line)
+
+
+def test_gpu_smoke_needs_a_model(smoke):
+    _, run = smoke
+    result = run(MODEL_PATH="")
+    assert result.returncode != 0 and "MODEL_PATH" in result.stderr
+
+
+def test_run_checks_fail_a_run_that_trained_no_steps_or_skipped_the_recompute(tmp_path):
+    log = tmp_path / "run.jsonl"
+    data = {"critic/score/mean": 0.5, "actor/grad_norm": 1.0, "actor/dfpo/cancellation_residual_after": 1e-9,
+            "actor/dfpo/old_log_probs_recomputed": 0.0}
+    log.write_text(json.dumps({"step": 1, "data": data}) + "\n")
+    results = dict((text.split(":")[0], ok) for ok, text in check_run(read_file_log(log), 2, True, "recomputed"))
+    assert results["steps 1..2 logged (found [1])"] is False
+    assert results["old log-probs recomputed"] is False
+    assert results["reward computed"] is True and results["DFPO cancels the shared-token gradient"] is True
