@@ -5,7 +5,8 @@
 
 It is verl's ``main_ppo`` with three differences, all through verl's extension points: the config
 is ``dfpo/config/dfpo_trainer.yaml`` (verl's ``ppo_trainer`` plus DFPO's defaults), the Ray
-TaskRunner imports :mod:`dfpo.trainer` so that ``trainer.v1.trainer_mode=dfpo_sync`` resolves,
+TaskRunner imports :mod:`dfpo.trainer` so that ``trainer.v1.trainer_mode=dfpo_sync`` (or
+``dfpo_colocate_async``, ``dfpo_separate_async``) resolves,
 and the baselines (GSPO, GRPO, GRPO-fix) can run through the same trainer to get the ``dfpo/``
 learning-tax diagnostics: override ``policy_loss.loss_mode`` and ``algorithm.adv_estimator``.
 """
@@ -26,19 +27,23 @@ class DFPOTaskRunner(_TaskRunnerV1):
     """verl's V1 TaskRunner, with DFPO's trainer registered in the TaskRunner process."""
 
     def run(self, config):
-        import dfpo.trainer  # noqa: F401  (registers trainer_mode=dfpo_sync)
+        import dfpo.trainer  # noqa: F401  (registers trainer_mode=dfpo_sync / dfpo_colocate_async / dfpo_separate_async)
 
         return super().run(config)
 
 
 def check_trainer_mode(config) -> None:
-    """DFPO needs verl's V1 trainer in dfpo's sync mode; say how to fix anything else."""
+    """DFPO needs verl's V1 trainer in one of dfpo's modes; say how to fix anything else."""
+    from dfpo.trainer import DFPO_TRAINER_MODES
+
     if not config.trainer.use_v1:
         raise ValueError("dfpo.main runs verl's V1 trainer only: remove trainer.use_v1=false")
-    if config.trainer.v1.trainer_mode != "dfpo_sync":
+    mode = config.trainer.v1.trainer_mode
+    if mode not in DFPO_TRAINER_MODES:
+        hint = f" (did you mean 'dfpo_{mode}'?)" if f"dfpo_{mode}" in DFPO_TRAINER_MODES else ""
         raise ValueError(
-            f"trainer.v1.trainer_mode={config.trainer.v1.trainer_mode!r}: dfpo.main needs 'dfpo_sync' "
-            "(verl's sync trainer with DFPO's actor worker)"
+            f"trainer.v1.trainer_mode={mode!r}{hint}: dfpo.main needs one of {sorted(DFPO_TRAINER_MODES)} "
+            "(verl's sync / colocate_async / separate_async trainer with DFPO's actor worker)"
         )
 
 

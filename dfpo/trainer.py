@@ -1,8 +1,26 @@
-"""verl's synchronous V1 PPO trainer with DFPO's actor worker (``trainer.v1.trainer_mode=dfpo_sync``).
+"""verl's V1 PPO trainers with DFPO's actor worker: ``trainer.v1.trainer_mode=dfpo_sync``,
+``dfpo_colocate_async`` or ``dfpo_separate_async``.
 
-The only change to ``PPOTrainerSync`` is the class of the actor worker, swapped in exactly as
-verl's own ``separate_async`` trainer swaps in its ``DetachActorWorker``: the reference-policy
-worker (a separate role when the actor does not hold it) keeps verl's class.
+Each is verl's trainer of that mode (``sync``, ``colocate_async``, ``separate_async``) with three
+changes, all through subclassing:
+
+* the actor worker class — :class:`dfpo.workers.DFPOActorRolloutRefWorker`, or for
+  ``separate_async`` :class:`dfpo.workers.DFPODetachActorWorker` (verl's ``DetachActorWorker``,
+  which saves π_old to CPU, with DFPO's actor) — swapped in exactly as verl's own
+  ``separate_async`` trainer swaps in its ``DetachActorWorker``; the reference-policy worker (a
+  separate role when the actor does not hold it) keeps verl's class;
+* ``trainer_mode`` reads as verl's mode name: verl branches on it (``"sync"`` or not: the replay
+  buffer, the data loader's fetch size, TransferQueue checkpoints; ``trainer.v1.<mode>``: the
+  separate-async ``parameter_sync_step``), so a DFPO mode behaves exactly as verl's;
+* what the trainer computed as old log-probs reaches the actor: the first mini-batch of an update
+  may skip DFPO's pre-pass forward (s_i = 1 exactly) only when the old log-probs are log π at the
+  parameters the update starts from. In ``sync`` and ``colocate_async`` verl recomputes them just
+  before each update; in ``separate_async`` only for the first of the ``parameter_sync_step``
+  local updates of a sync cycle — the later ones get log π_old of the weights saved at the first
+  (Decoupled PPO), while the parameters have moved; bypass mode (old = rollout log-probs) never.
+  The worker also checks the batch itself (:func:`dfpo.workers.old_log_probs_recomputed`).
+
+Every step also logs ``dfpo/staleness/...`` (:mod:`dfpo.staleness`).
 """
 
 from __future__ import annotations
@@ -10,22 +28,92 @@ from __future__ import annotations
 import ray
 from verl.trainer.ppo.utils import Role
 from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY, register_trainer
+from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-from dfpo.workers import DFPOActorRolloutRefWorker
+from dfpo.staleness import policy_lag_metrics
+from dfpo.workers import OLD_LOG_PROBS_AT_STEP_PARAMS, DFPOActorRolloutRefWorker, DFPODetachActorWorker
 
 DFPO_TRAINER_MODE = "dfpo_sync"
+# dfpo's trainer mode -> the verl V1 trainer mode it runs
+DFPO_TRAINER_MODES = {
+    "dfpo_sync": "sync",
+    "dfpo_colocate_async": "colocate_async",
+    "dfpo_separate_async": "separate_async",
+}
 
 
-class DFPOSyncTrainer(PPOTrainerSync):
-    """PPOTrainerSync whose actor (and hybrid actor-rollout-ref) worker is :class:`DFPOActorRolloutRefWorker`."""
+def bypass_mode(config) -> bool:
+    """verl 0.9.1's test in ``_compute_old_log_prob``: old log-probs = the rollout's."""
+    rollout_corr = config.algorithm.get("rollout_correction", None)
+    return bool(rollout_corr and rollout_corr.get("bypass_mode", False))
+
+
+class _DFPOTrainer:
+    """What every DFPO trainer adds to the verl trainer it derives from (see the module doc)."""
+
+    dfpo_mode: str
+    verl_mode: str
+    dfpo_actor_worker_cls: type = DFPOActorRolloutRefWorker
+    _old_log_probs_at_step_params: bool | None = None
+
+    @property
+    def trainer_mode(self) -> str:
+        return self.verl_mode
+
+    @trainer_mode.setter
+    def trainer_mode(self, name: str) -> None:
+        if name != self.dfpo_mode:
+            raise ValueError(f"{type(self).__name__} runs trainer.v1.trainer_mode={self.dfpo_mode!r}, not {name!r}")
 
     def _init_resource_pool_mgr(self):
         super()._init_resource_pool_mgr()
         for role in (Role.Actor, Role.ActorRollout, Role.ActorRolloutRef):
             if role in self.role_worker_mapping:
-                self.role_worker_mapping[role] = ray.remote(DFPOActorRolloutRefWorker)
+                self.role_worker_mapping[role] = ray.remote(self.dfpo_actor_worker_cls)
+
+    def old_log_probs_at_step_params(self) -> bool:
+        """Whether ``_compute_old_log_prob`` writes log π at the parameters the update starts from."""
+        return not bypass_mode(self.config)
+
+    def _compute_old_log_prob(self, batch, metrics):
+        self._old_log_probs_at_step_params = self.old_log_probs_at_step_params()
+        return super()._compute_old_log_prob(batch, metrics)
+
+    def _update_actor(self, batch, metrics):
+        at_step_params, self._old_log_probs_at_step_params = self._old_log_probs_at_step_params, None
+        # unknown (no old log-probs computed this step) counts as "other parameters": the pre-pass runs
+        batch.extra_info[OLD_LOG_PROBS_AT_STEP_PARAMS] = bool(at_step_params)
+        metrics.update(policy_lag_metrics(batch.tags, self.global_steps, self.local_trigger_step))
+        return super()._update_actor(batch, metrics)
 
 
-if TRAINER_REGISTRY.get(DFPO_TRAINER_MODE) is not DFPOSyncTrainer:
-    register_trainer(DFPO_TRAINER_MODE)(DFPOSyncTrainer)
+class DFPOSyncTrainer(_DFPOTrainer, PPOTrainerSync):
+    """verl's ``sync`` trainer with DFPO's actor worker."""
+
+    dfpo_mode, verl_mode = "dfpo_sync", "sync"
+
+
+class DFPOColocateAsyncTrainer(_DFPOTrainer, PPOTrainerColocateAsync):
+    """verl's ``colocate_async`` trainer (rollout and training share the ranks, partial rollouts
+    carried across weight syncs) with DFPO's actor worker."""
+
+    dfpo_mode, verl_mode = "dfpo_colocate_async", "colocate_async"
+
+
+class DFPOSeparateAsyncTrainer(_DFPOTrainer, PPOTrainerSeparateAsync):
+    """verl's ``separate_async`` trainer (standalone rollout resources; ``parameter_sync_step``
+    local updates per weight sync, Decoupled PPO) with DFPO's actor worker."""
+
+    dfpo_mode, verl_mode = "dfpo_separate_async", "separate_async"
+    dfpo_actor_worker_cls = DFPODetachActorWorker
+
+    def old_log_probs_at_step_params(self) -> bool:
+        # local update 0 computes at the current weights (saved as π_old); later ones restore π_old
+        return super().old_log_probs_at_step_params() and self.local_trigger_step == 0
+
+
+for _trainer in (DFPOSyncTrainer, DFPOColocateAsyncTrainer, DFPOSeparateAsyncTrainer):
+    if TRAINER_REGISTRY.get(_trainer.dfpo_mode) is not _trainer:
+        register_trainer(_trainer.dfpo_mode)(_trainer)

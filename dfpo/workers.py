@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.utils import tensordict_utils as tu
+from verl.experimental.separation.engine_workers import DetachActorWorker
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 from verl.workers.utils.padding import response_from_nested
 
@@ -28,6 +29,7 @@ from dfpo.group_prepass import StepRows, exact_group_weights
 from dfpo.learning_tax import LearningTaxRecorder
 from dfpo.loss_config import DFPOPolicyLossConfig
 from dfpo.shared_prefix import shared_prefix_lengths_across_ranks
+from dfpo.staleness import rollout_ratio_spread
 from dfpo.verl_loss_fn import (
     GRAD_COEF_FIELD,
     GROUP_ID_FIELD,
@@ -38,6 +40,11 @@ from dfpo.verl_loss_fn import (
 )
 
 ROW_ID_FIELD = "dfpo_row_id"
+# Set by dfpo's trainers (dfpo/trainer.py) in update_actor's meta: whether the trainer's old
+# log-probs are log π at the parameters this update starts from. False in bypass mode and in the
+# separate-async trainer's local updates after the first (old log-probs from the weights of its
+# last parameter sync). Without it the worker decides from the batch alone.
+OLD_LOG_PROBS_AT_STEP_PARAMS = "dfpo_old_log_probs_at_step_params"
 
 
 @dataclass
@@ -147,7 +154,12 @@ class DFPOTrainingWorker(TrainingWorker):
         at_step_params = old_log_probs_recomputed(
             padded["old_log_probs"], padded.get("rollout_log_probs", None), mask, dp_group
         )
+        trainer_says = tu.pop(data, key=OLD_LOG_PROBS_AT_STEP_PARAMS, default=None)
+        if trainer_says is not None and not bool(trainer_says):
+            at_step_params = False  # the trainer computed them at other parameters: never skip then
         metrics = _prefix_metrics(rows, dp_group)
+        if "rollout_log_probs" in fields:
+            metrics.update(rollout_ratio_spread(rows.old_log_prob, padded["rollout_log_probs"].cpu(), rows.response_mask, gid, dp_group))
         metrics["dfpo/old_log_probs_recomputed"] = float(at_step_params)
         return _Step(data=data, rows=rows, metrics=metrics, old_log_probs_at_step_params=at_step_params)
 
@@ -228,3 +240,8 @@ class DFPOActorRolloutRefWorker(ActorRolloutRefWorker):
         self.loss_fn = loss_fn
         self.actor.set_loss_fn(loss_fn)
         self.actor.enable_dfpo(actor_config, loss_fn)
+
+
+class DFPODetachActorWorker(DFPOActorRolloutRefWorker, DetachActorWorker):
+    """verl's separate-async actor worker (``DetachActorWorker``: saves π_old to CPU and restores it
+    for the old log-probs of later local updates) with DFPO's actor and loss."""

@@ -1,6 +1,6 @@
 """Run verl's whole trainer on CPU: dfpo's local backend (platform, engine, process group, rollout).
 
-verl 0.9.1 needs a GPU at four places; this package fills each through verl's own extension
+verl 0.9.1 needs a GPU at five places; this package fills each through verl's own extension
 points, without editing verl (every internal it touches is listed and checked in
 :mod:`dfpo.local.verl_internals`):
 
@@ -10,7 +10,10 @@ points, without editing verl (every internal it touches is listed and checked in
 3. process group — verl asks torch for ``"cpu:gloo,cpu:gloo"``, which torch rejects; the name
    verl's workers call is wrapped to ask for plain ``gloo`` (:func:`dfpo.local.activate.gloo_process_group`);
 4. rollout — ``actor_rollout_ref.rollout.name=local``: a transformers server actor per replica
-   (:mod:`dfpo.local.server`) behind verl's rollout registries (:mod:`dfpo.local.rollout`).
+   (:mod:`dfpo.local.server`) behind verl's rollout registries (:mod:`dfpo.local.rollout`);
+5. weight sync to standalone rollout replicas (verl's separate-async trainer) —
+   ``rollout.checkpoint_engine.backend=local``: a gloo broadcast (:mod:`dfpo.local.checkpoint_engine`);
+   and verl's sharded save of π_old to CPU made to copy (on CPU it aliased the live weights).
 
 Selecting it: ``VERL_PLATFORM=cpu`` in the environment of every process (the driver and, through
 ``ray_kwargs.ray_init.runtime_env.env_vars``, every Ray actor). dfpo's verl plugin, loaded by every

@@ -60,9 +60,34 @@ def register_local_rollout() -> None:
     rollout_base._ROLLOUT_REGISTRY[(LOCAL_ROLLOUT_NAME, "async")] = "dfpo.local.rollout.LocalServerAdapter"
 
 
+def register_local_checkpoint_engine() -> None:
+    """``rollout.checkpoint_engine.backend=local`` in verl's checkpoint-engine registry (the
+    separate-async trainer's weight sync to its standalone rollout replicas)."""
+    import dfpo.local.checkpoint_engine  # noqa: F401  (registers on import)
+
+
+def copying_sharded_save(save):
+    """Wrap verl's ``fsdp2_sharded_save_to_cpu`` so that it returns copies.
+
+    It keeps ``param._local_tensor.detach().cpu()`` per parameter, a copy on GPU but the live
+    parameter itself on CPU (``.cpu()`` of a CPU tensor returns it). The separate-async trainer's
+    ``save_model_to_cpu(0)`` would then follow every later optimizer step, and
+    ``restore_model_from_cpu(0)`` would restore the current weights instead of pi_old.
+    """
+
+    @functools.wraps(save)
+    def save_copies(model):
+        state, spec = save(model)
+        return {name: (tensor.clone(), tensor_spec) for name, (tensor, tensor_spec) in state.items()}, spec
+
+    save_copies.__dfpo_copies__ = True
+    return save_copies
+
+
 def activate() -> None:
-    """Make verl in this process run on CPU: check the internals, register platform, engine and
-    rollout, and fix the process-group backend at the name verl's workers call."""
+    """Make verl in this process run on CPU: check the internals, register platform, engine,
+    rollout and checkpoint engine, fix the process-group backend at the name verl's workers call
+    and make verl's sharded save to CPU copy."""
     global _ACTIVATED
     if _ACTIVATED:
         return
@@ -72,7 +97,12 @@ def activate() -> None:
     register_cpu_platform()
     register_cpu_engine()
     register_local_rollout()
+    register_local_checkpoint_engine()
+    from verl.utils import fsdp_utils
     from verl.workers import engine_workers
+
+    if not getattr(fsdp_utils.fsdp2_sharded_save_to_cpu, "__dfpo_copies__", False):
+        fsdp_utils.fsdp2_sharded_save_to_cpu = copying_sharded_save(fsdp_utils.fsdp2_sharded_save_to_cpu)
 
     if not getattr(engine_workers.initialize_global_process_group_ray, "__dfpo_gloo__", False):
         engine_workers.initialize_global_process_group_ray = gloo_process_group(engine_workers.initialize_global_process_group_ray)

@@ -11,7 +11,10 @@ verl 0.9.1 looks a rollout name up twice:
   :class:`LocalServerAdapter`. With verl's ``naive`` checkpoint engine (the one the synchronous
   trainer uses) the worker hands the adapter a generator of the actor's full parameters; under
   FSDP2 each tensor is gathered with a collective (``full_tensor()``), so every rank walks the
-  whole generator and the first rank of each replica sends the state dict to its server.
+  whole generator and the first rank of each replica sends the state dict to its server. A
+  standalone replica (verl's separate-async trainer) is fed by verl's ``CheckpointEngineWorker``
+  instead, with the weights a checkpoint engine received
+  (:mod:`dfpo.local.checkpoint_engine`, ``checkpoint_engine.backend=local``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import ray
 import torch
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica
+from verl.workers.rollout.utils import ensure_async_iterator
 
 from dfpo.local.server import LocalRolloutServer
 
@@ -101,10 +105,12 @@ class LocalServerAdapter(BaseRollout):
         if wire_format != "named_tensors":
             raise ValueError(
                 f"the local rollout takes full tensors (wire_format='named_tensors'), got {wire_format!r}: use "
-                "actor_rollout_ref.rollout.checkpoint_engine.backend=naive"
+                "actor_rollout_ref.rollout.checkpoint_engine.backend=naive (or local for separate_async)"
             )
         state_dict: dict[str, torch.Tensor] = {}
-        for name, tensor in weights:  # every rank walks the generator: gathering a tensor is a collective
+        # every rank walks the weights: under the naive engine gathering a tensor is a collective;
+        # a standalone replica's CheckpointEngineWorker hands over the engine's async generator
+        async for name, tensor in ensure_async_iterator(weights):
             if self.is_server_rank:
                 state_dict[name] = tensor.detach().to("cpu", torch.float32, copy=True)
         if not self.is_server_rank:

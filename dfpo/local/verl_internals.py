@@ -23,6 +23,12 @@ internal                                                               what the 
                                                                        ``stop_reason``, ``extra_fields``
 ``verl.workers.rollout.base._ROLLOUT_REGISTRY``                        ``(name, "async") -> "module.Class"``
 ``verl.workers.rollout.base.BaseRollout``                              ``resume``, ``update_weights``, ``release``
+``verl.checkpoint_engine.base.CheckpointEngineRegistry``               ``register(backend)``; ``CheckpointEngine``'s
+                                                                       abstract methods; ``split_weight_chunks`` /
+                                                                       ``merge_weight_chunks``
+``verl.utils.fsdp_utils.fsdp2_sharded_save_to_cpu``                    imported at call time by the separate-async
+                                                                       ``DetachActorWorker``; returns
+                                                                       ``({name: (tensor, spec)}, spec)``
 =====================================================================  ==========================================
 """
 
@@ -49,7 +55,10 @@ def _require(condition: bool, what: str) -> None:
 
 def check_verl_internals() -> None:
     """Raise :class:`VerlInternalsChanged` naming the first internal that is missing or changed."""
+    from verl.checkpoint_engine import base as checkpoint_engine_base
+    from verl.experimental.separation import engine_workers as separation_workers
     from verl.plugin.platform import PlatformRegistry
+    from verl.utils import fsdp_utils
     from verl.utils import distributed
     from verl.workers import engine_workers
     from verl.workers.engine import EngineRegistry, FSDPEngineWithLMHead
@@ -85,4 +94,18 @@ def check_verl_internals() -> None:
     _require(
         {"resume", "update_weights", "release"} <= set(getattr(rollout_base.BaseRollout, "__abstractmethods__", ())),
         "BaseRollout's abstract resume / update_weights / release",
+    )
+    _require(
+        callable(getattr(checkpoint_engine_base.CheckpointEngineRegistry, "register", None))
+        and {"prepare", "build_topology", "init_process_group", "finalize", "send_weights", "receive_weights"}
+        <= set(getattr(checkpoint_engine_base.CheckpointEngine, "__abstractmethods__", ()))
+        and callable(getattr(checkpoint_engine_base, "split_weight_chunks", None))
+        and callable(getattr(checkpoint_engine_base, "merge_weight_chunks", None)),
+        "verl.checkpoint_engine.base: CheckpointEngineRegistry.register, CheckpointEngine's abstract methods, "
+        "split_weight_chunks / merge_weight_chunks",
+    )
+    _require(
+        callable(getattr(fsdp_utils, "fsdp2_sharded_save_to_cpu", None))
+        and "from verl.utils.fsdp_utils import" in inspect.getsource(separation_workers.DetachActorWorker._get_strategy_handlers),
+        "verl.utils.fsdp_utils.fsdp2_sharded_save_to_cpu, imported at call time by DetachActorWorker._get_strategy_handlers",
     )

@@ -26,6 +26,8 @@ print(json.dumps({
     "local_adapter": ("local", "async") in base._ROLLOUT_REGISTRY,
     "cpu_engine": "cpu" in EngineRegistry._engines["language_model"].get("fsdp2", {}),
     "process_group_patched": engine_workers.initialize_global_process_group_ray is not distributed.initialize_global_process_group_ray,
+    "local_checkpoint_engine": "local" in __import__("verl.checkpoint_engine", fromlist=["x"]).CheckpointEngineRegistry._registry,
+    "sharded_save_copies": hasattr(__import__("verl.utils.fsdp_utils", fromlist=["x"]).fsdp2_sharded_save_to_cpu, "__dfpo_copies__"),
 }))
 """
 
@@ -47,6 +49,8 @@ def test_without_verl_platform_cpu_nothing_changes_in_verl():
         "local_adapter": False,
         "cpu_engine": False,
         "process_group_patched": False,
+        "local_checkpoint_engine": False,
+        "sharded_save_copies": False,
     }
 
 
@@ -59,6 +63,8 @@ def test_with_verl_platform_cpu_every_piece_is_in_place_in_a_fresh_process():
         "local_adapter": True,
         "cpu_engine": True,
         "process_group_patched": True,
+        "local_checkpoint_engine": True,
+        "sharded_save_copies": True,
     }
 
 
