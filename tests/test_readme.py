@@ -37,13 +37,17 @@ def test_python_modules_exist(module):
     assert importlib.util.find_spec(module) is not None, f"README runs `python -m {module}`, which is not importable"
 
 
-def test_first_two_commands_are_demo_and_tests_and_ci_runs_the_test_command():
+def test_first_two_commands_are_the_main_job_and_the_tests_and_ci_runs_the_test_command():
     first_block = CODE_BLOCKS[0].strip().splitlines()
-    assert first_block[0].startswith("bash scripts/demo.sh")
+    assert first_block[0].startswith("bash scripts/quickstart.sh")
     assert first_block[1].startswith("bash scripts/test.sh")
     assert "bash scripts/test.sh" in (ROOT / ".ci" / "run").read_text()
-    for script in ("scripts/demo.sh", "scripts/test.sh", "scripts/setup_env.sh"):
+    for script in ("scripts/quickstart.sh", "scripts/demo.sh", "scripts/test.sh", "scripts/setup_env.sh"):
         assert (ROOT / script).exists()
+    # each sets itself up on a fresh machine, then runs the real thing
+    for script, runs in (("scripts/quickstart.sh", "python -m dfpo.local.quickstart"), ("scripts/test.sh", "python -m pytest")):
+        text = (ROOT / script).read_text()
+        assert "source scripts/setup_env.sh" in text and runs in text, script
 
 
 def _dfpo_main_overrides() -> list[list[str]]:

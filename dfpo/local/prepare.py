@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from dfpo.local.tiny_model import TinyModelSpec, ensure_tiny_model
-from dfpo.local.toy_task import TEST_FILE, TRAIN_FILE, arithmetic_split, prepare_parquet
+from dfpo.local.toy_task import TEST_FILE, TRAIN_FILE, answer_pool, arithmetic_split, prepare_parquet
 
 MODEL_DIR_NAME = "tiny_qwen3_cpu"
 
@@ -42,7 +42,7 @@ def prepare(output_root: Path, spec: TinyModelSpec = TinyModelSpec()) -> tuple[P
     model = ensure_tiny_model(
         model_dir(output_root),
         prompts=[render_math_prompt(p.problem, DEFAULT_TEMPLATE) for p in train_problems],
-        answers=[p.answer for p in train_problems],
+        answer_pool=answer_pool(),
         spec=spec,
     )
     return model, train, test

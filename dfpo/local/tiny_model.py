@@ -3,8 +3,9 @@
 A randomly initialised model scores 0 on every sample, so its advantages and gradients are 0 and
 a run "passes" without testing the update. The model is therefore built in code and given a
 short supervised warm start on the toy task's training prompts (chat template applied exactly as
-verl's agent loop applies it), long enough to answer in the ``\\boxed{}`` format and get part of
-the sums right, so that the rewards of a group differ and RL has something to learn.
+verl's agent loop applies it) that teaches the ``\\boxed{}`` answer format with answers drawn at
+random (:func:`warm_start`): the rewards of a group differ from the first step, and which sum is
+right is learned by RL alone.
 
 Everything is deterministic for a given :class:`TinyModelSpec`; the checkpoint records its spec
 (``dfpo_tiny_model.json``) and is reused by reruns built from the same spec.
@@ -54,7 +55,7 @@ class TinyModelSpec:
     vocab_size: int = 128  # the character tokenizer's ids, padded with unused filler tokens
     max_position_embeddings: int = 512
     seed: int = 0
-    warm_start_steps: int = 100
+    warm_start_steps: int = 60
     warm_start_lr: float = 1e-2
     warm_start_batch: int = 16
 
@@ -124,26 +125,28 @@ def build_model(spec: TinyModelSpec, tokenizer):
     return model
 
 
-def warm_start(model, tokenizer, spec: TinyModelSpec, prompts: list[str], answers: list[str]) -> list[float]:
-    """Supervised steps on (prompt, ``\\boxed{answer}``) pairs, loss on the response tokens only;
-    returns the losses. Deterministic for a given seed."""
+def warm_start(model, tokenizer, spec: TinyModelSpec, prompts: list[str], answer_pool: list[str]) -> list[float]:
+    """Supervised steps teaching the answer *format* only: each example pairs a prompt with
+    ``\\boxed{a}`` for an answer ``a`` drawn uniformly from ``answer_pool`` afresh at every step,
+    so the model learns to answer in the boxed format with an answer distribution that does not
+    depend on the problem. Everything about which answer is right is left to RL, and a group of
+    responses to one prompt has mixed rewards from the first step. Loss on the response tokens
+    only; returns the losses. Deterministic for a given seed."""
     from torch.nn.utils.rnn import pad_sequence
 
     generator = torch.Generator().manual_seed(spec.seed)
-    examples = []
-    for prompt, answer in zip(prompts, answers, strict=True):
-        prompt_ids, target = chat_prompt_ids(tokenizer, prompt), response_ids(tokenizer, answer)
-        ids = torch.tensor(prompt_ids + target)
-        labels = torch.tensor([-100] * len(prompt_ids) + target)
-        examples.append((ids, labels))
+    prompt_ids = [chat_prompt_ids(tokenizer, prompt) for prompt in prompts]
+    answer_ids = [response_ids(tokenizer, answer) for answer in answer_pool]
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.warm_start_lr, weight_decay=0.0)
     model.train()
     losses = []
     for _ in range(spec.warm_start_steps):
-        picks = torch.randint(0, len(examples), (spec.warm_start_batch,), generator=generator).tolist()
-        ids = pad_sequence([examples[i][0] for i in picks], batch_first=True, padding_value=tokenizer.pad_token_id)
-        labels = pad_sequence([examples[i][1] for i in picks], batch_first=True, padding_value=-100)
-        lengths = torch.tensor([len(examples[i][0]) for i in picks])
+        picks = torch.randint(0, len(prompt_ids), (spec.warm_start_batch,), generator=generator).tolist()
+        answers = torch.randint(0, len(answer_ids), (spec.warm_start_batch,), generator=generator).tolist()
+        rows = [(prompt_ids[p], answer_ids[a]) for p, a in zip(picks, answers, strict=True)]
+        ids = pad_sequence([torch.tensor(p + t) for p, t in rows], batch_first=True, padding_value=tokenizer.pad_token_id)
+        labels = pad_sequence([torch.tensor([-100] * len(p) + t) for p, t in rows], batch_first=True, padding_value=-100)
+        lengths = torch.tensor([len(p) + len(t) for p, t in rows])
         mask = (torch.arange(ids.shape[1]) < lengths[:, None]).long()
         # Logits only where a label follows (the response): the 151,936-way output layer is
         # nearly all of the model's cost, and the prompt positions carry no loss.
@@ -160,7 +163,7 @@ def warm_start(model, tokenizer, spec: TinyModelSpec, prompts: list[str], answer
     return losses
 
 
-def ensure_tiny_model(target: str | os.PathLike, prompts: list[str], answers: list[str], spec: TinyModelSpec = TinyModelSpec()) -> Path:
+def ensure_tiny_model(target: str | os.PathLike, prompts: list[str], answer_pool: list[str], spec: TinyModelSpec = TinyModelSpec()) -> Path:
     """The warm-started tiny model's checkpoint in directory ``target``, (re)built unless the
     checkpoint there was built from ``spec``. Written to a temporary directory, then renamed: an
     interrupted build leaves no half-written checkpoint behind."""
@@ -171,7 +174,7 @@ def ensure_tiny_model(target: str | os.PathLike, prompts: list[str], answers: li
     target.parent.mkdir(parents=True, exist_ok=True)
     tokenizer = build_char_tokenizer()
     model = build_model(spec, tokenizer)
-    losses = warm_start(model, tokenizer, spec, prompts, answers)
+    losses = warm_start(model, tokenizer, spec, prompts, answer_pool)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         model.save_pretrained(staging)

@@ -54,6 +54,11 @@ def arithmetic_split() -> tuple[list[ArithmeticProblem], list[ArithmeticProblem]
     return [p for p in problems if p not in test], [p for p in problems if p in test]
 
 
+def answer_pool() -> list[str]:
+    """Every answer the task has (the sums 0..2·MAX_TERM), for the format-only warm start."""
+    return [str(total) for total in range(2 * MAX_TERM + 1)]
+
+
 def write_raw_files(directory: Path) -> tuple[Path, Path]:
     """Write ``arithmetic_train.jsonl`` and ``arithmetic_test.jsonl`` (raw rows) into ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
