@@ -35,6 +35,9 @@ class RewardOptions:
         code_backend: ``local`` (this machine's sandbox) or ``sandbox_fusion`` (HTTP server).
         sandbox_fusion_url: base URL of the SandboxFusion server, e.g. ``http://host:8080``.
         sandbox_fusion_concurrency: parallel requests per problem to SandboxFusion.
+        call_timeout_s: whole-call bound of one ``compute_score`` call (:mod:`reward.guard`), a
+            last line of defence far above the scorers' own limits; past it the response scores 0
+            with reason ``timeout`` and ``scorer_failed`` = 1.
     """
 
     score_mode: str = "binary"
@@ -48,6 +51,7 @@ class RewardOptions:
     code_backend: str = "local"
     sandbox_fusion_url: str | None = None
     sandbox_fusion_concurrency: int = 4
+    call_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
         check_score_mode(self.score_mode)
@@ -63,6 +67,7 @@ class RewardOptions:
             "code_problem_budget_s",
             "code_memory_mb",
             "code_output_mb",
+            "call_timeout_s",
         ):
             value = getattr(self, name)
             if value is None and name == "code_problem_budget_s":

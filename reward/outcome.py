@@ -18,18 +18,22 @@ TIMEOUT = "timeout"
 RUNTIME_ERROR = "runtime_error"
 SANDBOX_ERROR = "sandbox_error"
 VERIFIER_ERROR = "verifier_error"
+SCORER_ERROR = "scorer_error"
 
-REASONS: tuple[str, ...] = (CORRECT, WRONG_ANSWER, NO_ANSWER, TIMEOUT, RUNTIME_ERROR, SANDBOX_ERROR, VERIFIER_ERROR)
+REASONS: tuple[str, ...] = (
+    CORRECT, WRONG_ANSWER, NO_ANSWER, TIMEOUT, RUNTIME_ERROR, SANDBOX_ERROR, VERIFIER_ERROR, SCORER_ERROR
+)
 """``correct``; ``wrong_answer``; ``no_answer`` (no boxed answer, no ``Answer:`` line, no
 fenced code); ``timeout`` (the verifier or a test ran past its wall-clock limit);
 ``runtime_error`` (the program crashed, exceeded a resource limit or printed nothing usable);
 ``sandbox_error`` (the sandbox itself could not run, an infrastructure fault);
-``verifier_error`` (the math-verify worker failed for a reason other than time)."""
+``verifier_error`` (the math-verify worker failed for a reason other than time);
+``scorer_error`` (the scoring code itself raised unexpectedly: see :mod:`reward.guard`)."""
 
 ScoreMode = Literal["binary", "signed"]
 SCORE_MODES: tuple[str, ...] = ("binary", "signed")
 
-RESULT_KEYS: tuple[str, ...] = ("score", "acc", "pred", "reason", "pass_fraction")
+RESULT_KEYS: tuple[str, ...] = ("score", "acc", "pred", "reason", "pass_fraction", "scorer_failed")
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,8 @@ class Verdict:
     pred: str | None
     pass_fraction: float
     credit: float
+    guarded_failure: bool = False
+    """True when :mod:`reward.guard` replaced a call that raised or ran past its whole-call limit."""
 
     def __post_init__(self) -> None:
         if self.reason not in REASONS:
@@ -89,4 +95,7 @@ def to_reward_dict(verdict: Verdict, score_mode: str = "binary") -> dict:
         "pred": verdict.pred,
         "reason": verdict.reason,
         "pass_fraction": float(verdict.pass_fraction),
+        # 1.0 when the whole-call guard had to step in (reward.guard): verl averages numeric keys
+        # into its metrics, so a run shows how often its reward failed instead of scoring.
+        "scorer_failed": 1.0 if verdict.guarded_failure else 0.0,
     }

@@ -15,13 +15,17 @@ every bound is enforced from outside the work it limits.
 
 Returns a dict with the same keys for every source: ``score`` (float), ``acc`` (1.0 when
 fully correct, else 0.0), ``pred`` (extracted answer or program, or None), ``reason``
-(see :data:`reward.outcome.REASONS`) and ``pass_fraction``.
+(see :data:`reward.outcome.REASONS`), ``pass_fraction`` and ``scorer_failed``. A call whose
+scoring raises unexpectedly or runs past ``call_timeout_s`` scores 0 instead of stopping the run
+(:mod:`reward.guard`); wrong inputs (unknown ``data_source``, malformed ground truth, bad options)
+still raise ``ValueError``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import sys
 from pathlib import Path
 
@@ -30,10 +34,13 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from reward import outcome  # noqa: E402
+from reward.guard import INPUT_ERRORS, ScoringDeadlineExceeded, call_with_deadline  # noqa: E402
 from reward.code_tests import CodeLimits, score_code  # noqa: E402
 from reward.math_scoring import score_math  # noqa: E402
 from reward.options import RewardOptions  # noqa: E402
 from reward.sources import source_kind  # noqa: E402
+
+logger = logging.getLogger(__name__)
 
 
 def compute_score(data_source: str, solution_str: str, ground_truth, extra_info: dict | None = None, **kwargs) -> dict:
@@ -50,29 +57,41 @@ def compute_score(data_source: str, solution_str: str, ground_truth, extra_info:
     kind = source_kind(data_source)
     if not isinstance(solution_str, str):
         raise ValueError(f"solution_str must be the decoded response string, got {type(solution_str).__name__}")
-    if kind == "math":
-        verdict = score_math(solution_str, ground_truth, timeout_s=options.math_timeout_s, workers=options.math_workers)
-    else:
-        limits = CodeLimits(
-            test_timeout_s=options.code_test_timeout_s,
-            problem_budget_s=options.code_problem_budget_s,
-            memory_mb=options.code_memory_mb,
-            output_mb=options.code_output_mb,
-        )
-        if options.code_backend == "local":
-            verdict = score_code(solution_str, ground_truth, mode=options.code_mode, limits=limits)
-        else:
-            from reward.sandbox_fusion import score_code_remote
-
-            verdict = score_code_remote(
-                solution_str,
-                ground_truth,
-                url=options.sandbox_fusion_url,
-                mode=options.code_mode,
-                limits=limits,
-                concurrency=options.sandbox_fusion_concurrency,
-            )
+    try:
+        verdict = call_with_deadline(lambda: score_response(kind, solution_str, ground_truth, options), options.call_timeout_s)
+    except INPUT_ERRORS:
+        raise  # wrong data or options: to be fixed, not scored
+    except ScoringDeadlineExceeded as error:
+        logger.warning("reward: %s for a %s response (%d characters); scored 0", error, data_source, len(solution_str))
+        verdict = outcome.Verdict(outcome.TIMEOUT, None, 0.0, 0.0, guarded_failure=True)
+    except Exception:
+        logger.warning("reward: scoring a %s response raised; scored 0", data_source, exc_info=True)
+        verdict = outcome.Verdict(outcome.SCORER_ERROR, None, 0.0, 0.0, guarded_failure=True)
     return outcome.to_reward_dict(verdict, options.score_mode)
+
+
+def score_response(kind: str, solution_str: str, ground_truth, options: RewardOptions) -> outcome.Verdict:
+    """The scorer's verdict on one response (math or code), unguarded."""
+    if kind == "math":
+        return score_math(solution_str, ground_truth, timeout_s=options.math_timeout_s, workers=options.math_workers)
+    limits = CodeLimits(
+        test_timeout_s=options.code_test_timeout_s,
+        problem_budget_s=options.code_problem_budget_s,
+        memory_mb=options.code_memory_mb,
+        output_mb=options.code_output_mb,
+    )
+    if options.code_backend == "local":
+        return score_code(solution_str, ground_truth, mode=options.code_mode, limits=limits)
+    from reward.sandbox_fusion import score_code_remote
+
+    return score_code_remote(
+        solution_str,
+        ground_truth,
+        url=options.sandbox_fusion_url,
+        mode=options.code_mode,
+        limits=limits,
+        concurrency=options.sandbox_fusion_concurrency,
+    )
 
 
 async def compute_score_async(

@@ -144,3 +144,32 @@ def test_gspo_baseline_runs_through_the_same_path_on_one_rank(gspo_run, output_r
     assert "actor/dfpo/cancellation_residual_before" in first
     actor = output_root / "checkpoints" / "dfpo" / GSPO_EXPERIMENT / "global_step_2" / "actor"
     assert (actor / "model_world_size_1_rank_0.pt").is_file()
+
+
+@pytest.fixture(scope="module")
+def faulty_reward_run(output_root):
+    from tests.e2e.recipe_runs import REPO_ROOT
+
+    run = run_recipe(
+        "run_dfpo_min_replace_tiny_cpu.sh",
+        {"OUTPUT_ROOT": str(output_root), "TOTAL_TRAINING_STEPS": "2", "GPUS_PER_NODE": "1", "EXPERIMENT_NAME": "faulty-reward"},
+        args=(
+            f"reward.custom_reward_function.path='{REPO_ROOT / 'tests' / 'e2e' / 'faulty_reward.py'}'",
+            "+reward.custom_reward_function.reward_kwargs.call_timeout_s=3",
+        ),
+        timeout_s=RUN_TIMEOUT_S,
+    )
+    _check_exit(run)
+    return run
+
+
+def test_a_reward_that_raises_or_hangs_is_bounded_scored_zero_counted_and_training_goes_on(faulty_reward_run, output_root):
+    logs = [steps for path, steps in file_log_steps(output_root / "logs" / "dfpo").items() if path.name.startswith("faulty-reward.")]
+    assert len(logs) == 1
+    steps = logs[0]
+    assert _training_steps(steps) == [1, 2], faulty_reward_run.tail()
+    # validation holds 0+0 (raises) and 4+3 (hangs) among its 5 problems: 2 of 5 failed and were counted
+    failed = steps[2]["val-aux/arithmetic_test/scorer_failed/mean@4"]
+    assert failed == pytest.approx(2 / 5)
+    assert "injected scorer fault" in faulty_reward_run.output
+    assert "did not return within 3 s" in faulty_reward_run.output
