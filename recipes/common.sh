@@ -215,6 +215,22 @@ dfpo_check_shared_checkpoints() {
     fi
 }
 
+# dfpo_memory_plan NNODES GPUS_PER_NODE MAX_PROMPT_LENGTH USE_DYNAMIC_BSZ MODEL_PATH: the per-GPU memory
+# estimate of each phase on stderr (dfpo/memory_plan.py: standard library only, run as a file).
+dfpo_memory_plan() {
+    local interpreter
+    interpreter="$(command -v python3 || true)"
+    [[ -n "$interpreter" ]] || return 0
+    "$interpreter" "$DFPO_REPO_ROOT/dfpo/memory_plan.py" --model "$MODEL_NAME" --model-path "$5" \
+        --gpu-memory-gb "${GPU_MEMORY_GB:-80}" --nnodes "$1" --gpus-per-node "$2" --sp "$SP_SIZE" \
+        --rollout-tp "$ROLLOUT_TP" --max-prompt "$3" --max-response "$MAX_RESPONSE_LENGTH" \
+        --gpu-memory-utilization "${GPU_MEMORY_UTILIZATION:-0.7}" --dynamic-bsz "$4" \
+        --ppo-tokens "${PPO_MAX_TOKEN_LEN_PER_GPU:-0}" --log-prob-tokens "${LOG_PROB_MAX_TOKEN_LEN_PER_GPU:-0}" \
+        --ppo-micro-batch "${PPO_MICRO_BATCH_SIZE_PER_GPU:-1}" --log-prob-micro-batch "${LOG_PROB_MICRO_BATCH_SIZE_PER_GPU:-1}" \
+        --param-offload "${PARAM_OFFLOAD:-true}" --optimizer-offload "${OPTIMIZER_OFFLOAD:-true}" \
+        --gradient-checkpointing "${GRADIENT_CHECKPOINTING:-true}" --entropy-chunking "${ENTROPY_CHUNKING:-true}" >&2 || true
+}
+
 # dfpo_launch METHOD [HYDRA_OVERRIDE...]: run (or with DRY_RUN=1 print) one training run.
 dfpo_launch() {
     [[ $# -ge 1 ]] || dfpo_die "usage: dfpo_launch METHOD [hydra overrides...]; methods: ${DFPO_METHODS[*]}"
@@ -278,8 +294,39 @@ dfpo_launch() {
     local use_kl_loss=false
     dfpo_is_true "${USE_KL_LOSS:-false}" && use_kl_loss=true
 
+    # ---- trainer mode: verl 0.9.1's V1 trainers with DFPO's actor worker (dfpo/trainer.py) -------
+    # sync (default): rollout, then training on those responses. colocate_async: the same ranks
+    # alternate, rollouts run ahead and partial rollouts continue across weight syncs (responses up
+    # to verl's trainer.v1.sampler.max_off_policy_threshold policy versions old). separate_async:
+    # rollout on ROLLOUT_NNODES x ROLLOUT_GPUS_PER_NODE GPUs of its own, weights synced every
+    # TRAIN_BATCH_SIZE / PPO_MINI_BATCH_SIZE optimizer updates through CHECKPOINT_ENGINE.
+    local trainer_mode="${TRAINER_MODE:-sync}" mode_suffix="" mode_overrides=()
+    case "$trainer_mode" in
+        sync) ;;  # dfpo_trainer.yaml's default, trainer.v1.trainer_mode=dfpo_sync
+        colocate_async)
+            mode_suffix="-$trainer_mode"
+            mode_overrides=(trainer.v1.trainer_mode=dfpo_colocate_async)
+            ;;
+        separate_async)
+            mode_suffix="-$trainer_mode"
+            dfpo_require ROLLOUT_GPUS_PER_NODE
+            dfpo_check_int ROLLOUT_GPUS_PER_NODE "$ROLLOUT_GPUS_PER_NODE" ROLLOUT_NNODES "${ROLLOUT_NNODES:-1}"
+            [[ "${CHECKPOINT_ENGINE:-nccl}" != naive ]] ||
+                dfpo_die "CHECKPOINT_ENGINE=naive cannot reach separate_async's own rollout GPUs: use nccl (GPU) or local (CPU)"
+            mode_overrides=(
+                trainer.v1.trainer_mode=dfpo_separate_async
+                # verl requires train_batch_size == parameter_sync_step * ppo_mini_batch_size
+                "trainer.v1.separate_async.parameter_sync_step=$((train_batch_size / ppo_mini_batch_size))"
+                "actor_rollout_ref.rollout.nnodes=${ROLLOUT_NNODES:-1}"
+                "actor_rollout_ref.rollout.n_gpus_per_node=$ROLLOUT_GPUS_PER_NODE"
+                "actor_rollout_ref.rollout.checkpoint_engine.backend=${CHECKPOINT_ENGINE:-nccl}"
+            )
+            ;;
+        *) dfpo_die "TRAINER_MODE=$trainer_mode: expected sync, colocate_async or separate_async" ;;
+    esac
+
     local project_name="${PROJECT_NAME:-dfpo}"
-    local experiment_name="${EXPERIMENT_NAME:-${method}-${MODEL_NAME}-g${group_size}-seed${seed}}"
+    local experiment_name="${EXPERIMENT_NAME:-${method}-${MODEL_NAME}-g${group_size}-seed${seed}${mode_suffix}}"
     local ckpt_dir log_dir
     ckpt_dir="$(dfpo_expand_home "${CKPT_DIR:-$output_root/checkpoints/$project_name/$experiment_name}")"
     log_dir="$(dfpo_expand_home "${LOG_DIR:-$output_root/logs/$project_name}")"
@@ -330,6 +377,8 @@ dfpo_launch() {
 
         # actor: memory and parallelism
         "actor_rollout_ref.actor.use_dynamic_bsz=$use_dynamic_bsz"
+        # the log-prob pass's entropy over the vocabulary in chunks of 2,048 tokens, not all at once
+        "actor_rollout_ref.actor.entropy_from_logits_with_chunking=${ENTROPY_CHUNKING:-true}"
         "actor_rollout_ref.actor.ulysses_sequence_parallel_size=$SP_SIZE"
         "actor_rollout_ref.actor.fsdp_config.param_offload=${PARAM_OFFLOAD:-true}"
         "actor_rollout_ref.actor.fsdp_config.optimizer_offload=${OPTIMIZER_OFFLOAD:-true}"
@@ -415,6 +464,7 @@ dfpo_launch() {
     if declare -p MODEL_OVERRIDES >/dev/null 2>&1; then
         overrides+=("${MODEL_OVERRIDES[@]}")
     fi
+    overrides+=("${mode_overrides[@]}")  # after the model file's (its checkpoint engine is for sync)
 
     local cmd=("$python" -m dfpo.main "${overrides[@]}" "$@")
 
@@ -434,6 +484,7 @@ dfpo_launch() {
     if dfpo_is_true "${DRY_RUN:-0}"; then
         printf '%q ' "${cmd[@]}"
         printf '\n'
+        dfpo_memory_plan "$nnodes" "$gpus_per_node" "$max_prompt_length" "$use_dynamic_bsz" "$model_path"
         return 0
     fi
 

@@ -5,7 +5,7 @@
 # Mxfp4Config(dequantize=True) and save_pretrained). Values are ours.
 MODEL_NAME=gpt_oss_120b
 
-: "${NNODES:=4}"
+: "${NNODES:=16}"                     # the memory plan: ~69 GB per GPU at 16 nodes, ~113 GB at 4
 : "${GPUS_PER_NODE:=8}"
 : "${MAX_PROMPT_LENGTH:=2048}"
 : "${MAX_RESPONSE_LENGTH:=32768}"     # reasoning_effort=high produces long analysis channels

@@ -3,7 +3,7 @@
 # linear attention), sourced by recipes/run_*_qwen3_next_80b_a3b_thinking.sh. Values are ours.
 MODEL_NAME=qwen3_next_80b_a3b_thinking
 
-: "${NNODES:=4}"
+: "${NNODES:=8}"                      # the memory plan: 4 nodes would need ~81 GB per GPU
 : "${GPUS_PER_NODE:=8}"
 : "${MAX_PROMPT_LENGTH:=2048}"
 : "${MAX_RESPONSE_LENGTH:=32768}"

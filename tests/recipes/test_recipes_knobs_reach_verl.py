@@ -69,6 +69,7 @@ KNOB_VALUES: dict[str, tuple[str, dict[str, str]]] = {
     "FSDP_SIZE": ("8", {}),
     "ACTOR_STRATEGY": ("fsdp", {}),
     "GRADIENT_CHECKPOINTING": ("false", {}),
+    "ENTROPY_CHUNKING": ("false", {}),
     "ACTOR_SHUFFLE": ("true", {}),
     "ROLLOUT_TP": ("2", {}),
     "GPU_MEMORY_UTILIZATION": ("0.6", {}),
@@ -100,6 +101,7 @@ KNOB_VALUES: dict[str, tuple[str, dict[str, str]]] = {
 LAUNCHER_KNOBS = {
     "PYTHON": "the interpreter of the printed command",
     "DRY_RUN": "print instead of run",
+    "GPU_MEMORY_GB": "GPU memory the DRY_RUN memory plan assumes (test_recipes_memory_plan.py)",
     "ALLOW_LOCAL_CHECKPOINTS": "accept node-local checkpoints on several nodes (test_launch_multi_node.py)",
 }
 

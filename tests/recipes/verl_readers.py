@@ -133,6 +133,10 @@ READERS: dict[str, Reader] = {
     f"{_AR}.actor.ulysses_sequence_parallel_size": Reader(
         "workers/config/actor.py", "self.fsdp_config.ulysses_sequence_parallel_size = self.ulysses_sequence_parallel_size"
     ),
+    f"{_AR}.actor.entropy_from_logits_with_chunking": Reader(
+        "trainer/config/actor/dp_actor.yaml",
+        "entropy_from_logits_with_chunking: ${oc.select:actor_rollout_ref.actor.entropy_from_logits_with_chunking,False}",
+    ),
     f"{_AR}.actor.fsdp_config.param_offload": Reader(_ENGINE, "self._is_offload_param = self.engine_config.param_offload"),
     f"{_AR}.actor.fsdp_config.optimizer_offload": Reader(_ENGINE, "self._is_offload_optimizer = self.engine_config.optimizer_offload"),
     f"{_AR}.actor.fsdp_config.fsdp_size": Reader(_ENGINE, "fsdp_size = self.engine_config.fsdp_size"),
