@@ -285,9 +285,10 @@ dfpo_launch() {
         ((PPO_MAX_TOKEN_LEN_PER_GPU * SP_SIZE < max_seq || LOG_PROB_MAX_TOKEN_LEN_PER_GPU * SP_SIZE < max_seq)); then
         dfpo_die "token budget too small: PPO_MAX_TOKEN_LEN_PER_GPU=$PPO_MAX_TOKEN_LEN_PER_GPU and LOG_PROB_MAX_TOKEN_LEN_PER_GPU=$LOG_PROB_MAX_TOKEN_LEN_PER_GPU times SP_SIZE=$SP_SIZE must each hold one sequence of MAX_PROMPT_LENGTH+MAX_RESPONSE_LENGTH=$max_seq tokens"
     fi
-    if [[ "$use_dynamic_bsz" == true ]] && ! dfpo_is_true "$USE_REMOVE_PADDING"; then
+    if [[ "$use_dynamic_bsz" == true ]] && ! dfpo_is_true "$USE_REMOVE_PADDING" && ((max_seq >= 4096)); then
         # verl fills a micro-batch up to the budget in real tokens, then pads every row to the
         # longest: 30k + 2.4k + 2.4k fits a 34,816-token budget and becomes ~90k padded tokens
+        # (harmless for short sequences, such as the tiny CPU recipes' 208 tokens)
         echo "dfpo recipe warning: USE_REMOVE_PADDING=false with dynamic batching: a micro-batch is padded to its longest row, so it can hold far more than PPO_MAX_TOKEN_LEN_PER_GPU=$PPO_MAX_TOKEN_LEN_PER_GPU padded tokens; for long sequences set USE_DYNAMIC_BSZ=false (micro-batches of PPO_MICRO_BATCH_SIZE_PER_GPU sequences)" >&2
     fi
 
