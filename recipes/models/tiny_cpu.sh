@@ -30,6 +30,8 @@ OUTPUT_ROOT="$(dfpo_expand_home "$OUTPUT_ROOT")"
 : "${PARAM_OFFLOAD:=false}"
 : "${OPTIMIZER_OFFLOAD:=false}"
 : "${ROLLOUT_NAME:=local}"
+: "${ROLLOUT_GPUS_PER_NODE:=1}"       # TRAINER_MODE=separate_async: CPU ranks of its own rollout
+: "${CHECKPOINT_ENGINE:=local}"       # separate_async's weight sync over gloo (dfpo/local/checkpoint_engine.py)
 : "${REWARD_NUM_WORKERS:=1}"
 : "${LR:=1e-3}"
 : "${LR_WARMUP_STEPS:=0}"
@@ -44,11 +46,13 @@ OUTPUT_ROOT="$(dfpo_expand_home "$OUTPUT_ROOT")"
 : "${LOGGER:=[console,file]}"
 
 export VERL_PLATFORM=cpu              # this driver process; Ray actors get it below
+RAY_LOGICAL_GPUS=$GPUS_PER_NODE       # every rank, and separate_async's rollout ranks, a logical GPU
+[[ "${TRAINER_MODE:-sync}" != separate_async ]] || RAY_LOGICAL_GPUS=$((GPUS_PER_NODE + ROLLOUT_GPUS_PER_NODE))
 export RAY_DEDUP_LOGS="${RAY_DEDUP_LOGS:-0}"
 
 MODEL_OVERRIDES=(
     trainer.device=cpu
-    "+ray_kwargs.ray_init.num_gpus=$GPUS_PER_NODE"
+    "+ray_kwargs.ray_init.num_gpus=$RAY_LOGICAL_GPUS"
     +ray_kwargs.ray_init.num_cpus=16
     "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM='cpu'"
     # fp32 everywhere, eager attention, nothing compiled
