@@ -32,7 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 GB = 1e9
@@ -212,25 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("param-offload", "optimizer-offload", "gradient-checkpointing", "entropy-chunking"):
         p.add_argument(f"--{name}", type=_bool, required=True)
     args = p.parse_args(argv)
-    settings = Settings(
-        nnodes=args.nnodes,
-        gpus_per_node=args.gpus_per_node,
-        sp=args.sp,
-        rollout_tp=args.rollout_tp,
-        gpu_memory_gb=args.gpu_memory_gb,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        max_prompt=args.max_prompt,
-        max_response=args.max_response,
-        dynamic_bsz=args.dynamic_bsz,
-        ppo_tokens=args.ppo_tokens,
-        log_prob_tokens=args.log_prob_tokens,
-        ppo_micro_batch=args.ppo_micro_batch,
-        log_prob_micro_batch=args.log_prob_micro_batch,
-        param_offload=args.param_offload,
-        optimizer_offload=args.optimizer_offload,
-        gradient_checkpointing=args.gradient_checkpointing,
-        entropy_chunking=args.entropy_chunking,
-    )
+    settings = Settings(**{f.name: getattr(args, f.name) for f in fields(Settings)})
     try:
         shape = model_shape(args.model, args.model_path)
     except KeyError as error:

@@ -103,6 +103,9 @@ def test_launcher_without_a_model_file_names_the_missing_variable():
         ({"DRY_RUN": "maybe"}, "expected a boolean"),
         ({"MODEL_PATH": "/models/it's"}, "contains a quote or a backslash"),
         ({"TRAIN_FILES": ","}, "empty file list"),
+        # knobs that cannot act are refused rather than silently ignored
+        ({"KL_LOSS_COEF": "0.01"}, "KL_LOSS_COEF=0.01 has no effect without USE_KL_LOSS=true"),
+        ({"ROLLOUT_IS_THRESHOLD": "3"}, "ROLLOUT_IS_THRESHOLD=3 has no effect without ROLLOUT_IS"),
     ],
 )
 def test_bad_knobs_fail_before_anything_runs(variables, message):
