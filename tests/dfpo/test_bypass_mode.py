@@ -130,8 +130,6 @@ def test_bypass_mode_update_equals_the_reference_that_forwards_every_mini_batch(
 
 
 def _bypass_rounds(rank, world_size, tmp_path):
-    from dfpo.group_ids import group_ids
-    from dfpo.loss import compute_dfpo_loss
     from dfpo.workers import DFPOActorRolloutRefWorker
     from tests.integration import cpu_verl_harness as h
 
@@ -151,19 +149,6 @@ def _bypass_rounds(rank, world_size, tmp_path):
     recomputed = clean.copy()
     recomputed["rollout_log_probs"] = noisy["old_log_probs"]  # old = log π_θ0, rollout's differ
 
-    def whole_group_loss(log_probs, sub_batch):
-        width = log_probs.shape[1]
-        field = lambda key: h.padded_response_field(sub_batch, key)[:, :width]  # noqa: E731
-        loss, _ = compute_dfpo_loss(
-            field("old_log_probs"),
-            log_probs,
-            field("advantages"),
-            field("response_mask").to(torch.bool),
-            group_ids(list(sub_batch["uid"])),
-            num_sequences=len(sub_batch),
-        )
-        return loss
-
     out = {}
     for label, batch in (("bypass", bypass), ("recomputed", recomputed)):
         h.install_cpu_platform()
@@ -175,7 +160,7 @@ def _bypass_rounds(rank, world_size, tmp_path):
         after = h.actor_state_dict(worker)
         model = h.load_hf_model(model_dir)
         steps = h.global_mini_batches(len(batch), 1, meta["mini_batch_size"], meta["epochs"], meta["shuffle"], meta["seed"])
-        h.reference_update(model, h.optimizer_settings(worker), batch, steps, whole_group_loss)
+        h.reference_update(model, h.optimizer_settings(worker), batch, steps, h.whole_group_dfpo_loss)
         expected = {name: p.detach().clone() for name, p in model.named_parameters()}
         out[label] = (before, after, dict(output["metrics"]), expected)
     return out

@@ -664,6 +664,26 @@ def select_samples(batch, indices: Sequence[int]):
     return tu.index_select_tensor_dict(batch, torch.as_tensor(list(indices), dtype=torch.int64))
 
 
+def whole_group_dfpo_loss(log_probs: torch.Tensor, sub_batch, old_log_probs: torch.Tensor | None = None) -> torch.Tensor:
+    """DFPO's loss (default transform) of ``sub_batch`` with every group whole in it: the group
+    statistics from ``log_probs`` (B, T, with grad) against the batch's ``old_log_probs`` (or the
+    given ones), normalised over the sub-batch's sequences. A ``loss_fn`` for :func:`reference_update`."""
+    from dfpo.group_ids import group_ids
+    from dfpo.loss import compute_dfpo_loss
+
+    width = log_probs.shape[1]
+    field = lambda key: padded_response_field(sub_batch, key)[:, :width]  # noqa: E731
+    loss, _ = compute_dfpo_loss(
+        field("old_log_probs") if old_log_probs is None else old_log_probs,
+        log_probs,
+        field("advantages"),
+        field("response_mask").to(torch.bool),
+        group_ids(list(sub_batch["uid"])),
+        num_sequences=len(sub_batch),
+    )
+    return loss
+
+
 def reference_update(
     model: torch.nn.Module,
     settings: OptimizerSettings,

@@ -113,22 +113,8 @@ def _trainer_step(trainer, workers, batch, global_steps, trigger):
 
 
 def _whole_group_loss(log_probs, sub_batch, force_unit_ratio=False):
-    from dfpo.group_ids import group_ids
-    from dfpo.loss import compute_dfpo_loss
-
-    width = log_probs.shape[1]
-    field = lambda key: h.padded_response_field(sub_batch, key)[:, :width]  # noqa: E731
-    old = field("old_log_probs")
-    loss, _ = compute_dfpo_loss(
-        # s = 1 exactly with the group statistics taken at old = log π (the wrong shortcut)
-        log_probs.detach() if force_unit_ratio else old,
-        log_probs,
-        field("advantages"),
-        field("response_mask").to(torch.bool),
-        group_ids(list(sub_batch["uid"])),
-        num_sequences=len(sub_batch),
-    )
-    return loss
+    # force_unit_ratio: s = 1 exactly, group statistics at old = log π (the shortcut right only at θ_old)
+    return h.whole_group_dfpo_loss(log_probs, sub_batch, log_probs.detach() if force_unit_ratio else None)
 
 
 def _async_rounds(rank, world_size, tmp_path):
@@ -214,8 +200,6 @@ def _deltas_close(before, after, expected, label, scale=None):
 
 
 def test_async_updates_equal_the_whole_group_reference(tmp_path):
-    from dfpo.workers import OLD_LOG_PROBS_AT_STEP_PARAMS  # noqa: F401  (the flag these runs exercise)
-
     (rounds,) = h.run_ranks(_async_rounds, 1, str(tmp_path))
 
     before, after, expected, _, worker_metrics, metrics = rounds["colocate_async"]
