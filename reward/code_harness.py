@@ -27,13 +27,17 @@ The runner never sees expected outputs: the parent process compares, outside the
 so a program cannot fake a pass.  Everything a program can reach (the report pipe, the
 output files) is treated as untrusted by :mod:`reward.code_tests`.
 
-Invocation: ``python -I -B -c <this source> manifest``.  Manifest, one item per line::
+Invocation: ``python -I -B -c <this source> manifest [go]``.  With ``go``, the runner
+imports its modules, then waits for the line ``go`` on standard input before it reads any
+file: the sandbox is started ahead of the problem (:meth:`reward.sandbox.Sandbox.run`,
+``prepared``), and the files are written while it waits.  Manifest, one item per line::
 
     <program path>
     <fn_name, or "-" for stdin problems>
     <per-test time limit in seconds>
     <output byte limit per test>
     <1: stop at the first failing test, 0: run every test>
+    <CPU seconds allowed to each process from here on (RLIMIT_CPU, a backstop)>
     <input path>            (one line per test)
 
 Reports, one line each on stdout (``b64`` = base64 of UTF-8 bytes)::
@@ -410,14 +414,20 @@ def _run_from(first, code, source, fn_name, inputs, timeout_s, output_bytes, sto
 
 
 def run_tests():
+    for name in PRELOADED:
+        __import__(name)
+    if sys.argv[2:] == ["go"] and sys.stdin.readline() != "go\n":
+        return  # the sandbox was started ahead and is being discarded unused
     with open(sys.argv[1]) as handle:
         lines = handle.read().split("\n")
     program_path, fn_name, timeout_s, output_bytes = lines[0], lines[1], float(lines[2]), int(lines[3])
     stop_on_failure = lines[4] == "1"
-    inputs = [line for line in lines[5:] if line]
+    import resource
+
+    cpu_s = int(lines[5])
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
+    inputs = [line for line in lines[6:] if line]
     fn_name = None if fn_name == "-" else fn_name
-    for name in PRELOADED:
-        __import__(name)
     with open(program_path, encoding="utf-8", errors="surrogatepass") as handle:
         program = handle.read()
     source = functional_source(program) if fn_name else stdin_source(program)

@@ -37,6 +37,9 @@ from reward.sandbox import Limits, Sandbox, default_sandbox
 CODE_MODES: tuple[str, ...] = ("all_pass", "fraction")
 TEST_TYPES: tuple[str, ...] = ("stdin", "functional")
 HARNESS_SOURCE = Path(__file__).with_name("code_harness.py").read_text()
+HARNESS_CPU_S = 3600
+"""RLIMIT_CPU of the sandbox as launched (possibly ahead of the problem); the runner sets the
+problem's own limit, ``ceil(whole-run limit) + 1`` seconds, before any program code runs."""
 
 FENCE = "```"
 @dataclass(frozen=True)
@@ -264,6 +267,7 @@ def score_code(
         return outcome.all_or_nothing(outcome.NO_ANSWER, None)
     sandbox = sandbox or default_sandbox()
     n = len(problem.tests)
+    budget = limits.run_budget_s(n)
     output_bytes = limits.output_mb << 20
     files = {"solution.py": program.encode("utf-8", errors="surrogatepass")}
     manifest = [
@@ -272,15 +276,15 @@ def score_code(
         repr(float(limits.test_timeout_s)),
         str(output_bytes),
         "1" if mode == "all_pass" else "0",
+        str(max(1, math.ceil(budget) + 1)),  # RLIMIT_CPU, a backstop: the wall-clock limits bind first
     ]
     for i, test in enumerate(problem.tests):
         files[f"in_{i}"] = test.input.encode("utf-8", errors="surrogatepass")
         manifest.append(f"in_{i}")
     files["manifest"] = ("\n".join(manifest) + "\n").encode()
-    budget = limits.run_budget_s(n)
     sandbox_limits = Limits(
         wall_s=budget,
-        cpu_s=max(1, math.ceil(budget) + 1),  # a backstop: the wall-clock limits above bind first
+        cpu_s=HARNESS_CPU_S,  # the runner lowers it for the program (manifest), once the problem is known
         memory_bytes=limits.memory_mb << 20,
         file_size_bytes=output_bytes + 1,
         output_bytes=n * (2 * output_bytes + 4096) + 65536,
@@ -317,11 +321,12 @@ def score_code(
         return ok or mode == "fraction"
 
     result = sandbox.run(
-        ["python", "-I", "-B", "-c", HARNESS_SOURCE, "manifest"],
+        ["python", "-I", "-B", "-c", HARNESS_SOURCE, "manifest", "go"],
         files=files,
         limits=sandbox_limits,
         on_line=on_line,
         started=started,
+        prepared=True,
     )
     if header.get("COMPILE_ERROR"):
         return outcome.Verdict(outcome.RUNTIME_ERROR, program, 0.0, 0.0)

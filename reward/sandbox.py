@@ -22,6 +22,14 @@ Every level: a fresh working directory (removed afterwards), a scrubbed environm
 dumps; and processes when a dedicated uid is used), stdout/stderr capped by the parent,
 and a wall-clock limit enforced by the parent, which kills the whole run.
 
+Prepared runs (``run(prepared=True)``, used by the code scorer) take a sandbox launched
+ahead: after each such run, up to ``spares`` sandboxes for the same command are started in
+the background, each exactly as a run started on demand (its own uid, directory and
+namespaces, its interpreter already started and its imports done) and waiting for the
+word ``go`` on its standard input; the next run writes its files, says ``go``, and the
+sandbox is torn down afterwards like any other.  Nothing is reused between problems: only
+the start-up is moved off the caller's path.
+
 When running as root, each concurrent run gets its own unprivileged uid and gid from
 ``REWARD_SANDBOX_UID_BASE`` (default 1999900000, 1024 of them) leased across all processes
 of the host with ``flock``, so ``RLIMIT_NPROC`` is enforced per run and a run cannot signal
@@ -32,9 +40,11 @@ forces a level (an error if it does not work here).
 from __future__ import annotations
 
 import argparse
+import atexit
 import fcntl
 import os
 import pwd
+import queue
 import selectors
 import shutil
 import signal
@@ -44,6 +54,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -218,9 +229,14 @@ class _UidLeases:
 
 
 class Sandbox:
-    """Runs commands at one isolation level; thread-safe, at most ``max_runs`` runs at a time."""
+    """Runs commands at one isolation level; thread-safe, at most ``max_runs`` runs at a time.
 
-    def __init__(self, level: str, interpreter: str | None = None, max_runs: int = MAX_CONCURRENT_RUNS) -> None:
+    ``spares``: how many sandboxes per command to keep launched ahead for ``prepared`` runs.
+    """
+
+    def __init__(
+        self, level: str, interpreter: str | None = None, max_runs: int = MAX_CONCURRENT_RUNS, spares: int = 2
+    ) -> None:
         if level not in LEVELS:
             raise ValueError(f"unknown isolation level {level!r}; choose one of {LEVELS}")
         self.level = level
@@ -228,6 +244,18 @@ class Sandbox:
         self.is_root = os.geteuid() == 0
         self._uids = _UidLeases(_uid_base(), UID_COUNT, _uid_lock_dir()) if self.is_root else None
         self._concurrency = threading.BoundedSemaphore(max_runs)
+        self.spares = spares
+        """Sandboxes kept launched ahead per command and limits (``run(prepared=True)``)."""
+        self._spares: dict[tuple, list[_Launched]] = {}
+        self._spares_starting: dict[tuple, int] = {}
+        self._starting: dict[str, _Launched] = {}
+        """Working directory -> the sandbox being launched ahead there."""
+        self._spare_jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._launcher: threading.Thread | None = None
+        self._spare_guard = threading.Lock()
+        self._closed = False
+        atexit.register(self.close)
+        _INSTANCES.add(self)
         self._prlimit = shutil.which("prlimit") or "/usr/bin/prlimit"
         if not os.access(self._prlimit, os.X_OK):
             raise SandboxUnavailable("prlimit (util-linux) is missing; run scripts/install_system_deps.sh")
@@ -304,8 +332,30 @@ class Sandbox:
         return inner, popen
 
     def recent_uids(self) -> list[int]:
-        """The dedicated uids this process used most recently (empty when not root)."""
-        return list(self._uids.recent) if self._uids is not None else []
+        """The dedicated uids this Sandbox used most recently, spares excepted (empty when not root)."""
+        if self._uids is None:
+            return []
+        waiting = self.spare_uids()
+        return [uid for uid in self._uids.recent if uid not in waiting]
+
+    def _all_spares(self) -> list["_Launched"]:
+        """This Sandbox's spares, waiting or being launched (the caller holds the guard)."""
+        return [spare for spares in self._spares.values() for spare in spares] + list(self._starting.values())
+
+    def spare_uids(self) -> set[int | None]:
+        """Uids held by this Sandbox's spares, waiting or being launched."""
+        with self._spare_guard:
+            return {spare.uid for spare in self._all_spares()}
+
+    def spare_pids(self) -> list[int]:
+        """Launcher process ids of the sandboxes launched ahead (see ``run(prepared=True)``)."""
+        with self._spare_guard:
+            return [spare.process.pid for spare in self._all_spares() if spare.process is not None]
+
+    def spare_workdirs(self) -> list[str]:
+        """Working directories of the sandboxes launched ahead, including those still starting."""
+        with self._spare_guard:
+            return [spare.workdir for spare in self._all_spares()]
 
     def workdir_inside(self, workdir: str) -> str:
         """The path of the working directory as the sandboxed program sees it."""
@@ -321,6 +371,7 @@ class Sandbox:
         stdin: bytes | None = None,
         on_line: Callable[[bytes], bool] | None = None,
         started: float | None = None,
+        prepared: bool = False,
     ) -> RunResult:
         """Run ``argv`` (first element ``"python"`` means the sandbox interpreter) in a fresh directory.
 
@@ -334,57 +385,167 @@ class Sandbox:
             started: the ``time.monotonic()`` at which the caller's call began (default: now).
                 ``limits.wall_s`` counts from it, waiting for a free run slot or uid included:
                 a run that cannot start before then returns ``timed_out`` without running.
+            prepared: the command first reads one line ``go`` on its standard input and
+                only then its files (``stdin`` must be None).  Such runs are started ahead:
+                after each one, up to ``spares`` sandboxes for the same command and limits
+                are launched in the background -- each with its own uid, directory and
+                namespaces, exactly as a run started on demand, used once -- and the next
+                call takes one, writes its files and says ``go``.
         """
         argv = [self.interpreter if argv and argv[0] == "python" else argv[0], *argv[1:]] if argv else argv
         if not argv:
             raise ValueError("empty command")
+        if prepared and stdin is not None:
+            raise ValueError("a prepared run reads 'go' on its standard input: stdin must be None")
         begun = time.monotonic() if started is None else started
         deadline = begun + limits.wall_s
         if not self._concurrency.acquire(timeout=max(0.0, deadline - time.monotonic())):
             return RunResult(None, b"", b"", timed_out=True, wall_s=time.monotonic() - begun)
         try:
-            lease_held = self._uids.acquire(deadline) if self._uids is not None else (None, -1)
-            if lease_held is None:
-                return RunResult(None, b"", b"", timed_out=True, wall_s=time.monotonic() - begun)
-            uid, lease = lease_held
-            workdir = tempfile.mkdtemp(prefix=f"reward-sandbox-{os.getpid()}-")
+            launched = self._take_spare(argv, limits) if prepared else None
+            if launched is None:
+                launched = self._launch(argv, limits, deadline, stdin, prepared)
+                if launched is None:  # no uid became free before the deadline
+                    return RunResult(None, b"", b"", timed_out=True, wall_s=time.monotonic() - begun)
             try:
-                self._prepare_workdir(workdir, files or {}, stdin, uid)
-                command, popen = self._command(argv, limits, workdir, uid)
-                stdin_handle = open(os.path.join(workdir, ".stdin"), "rb") if stdin is not None else subprocess.DEVNULL
-                try:
-                    process = subprocess.Popen(
-                        command,
-                        stdin=stdin_handle,
-                        stdout=subprocess.PIPE,
-                        stderr=subprocess.PIPE,
-                        env=_scrubbed_env(self.workdir_inside(workdir)),
-                        **popen,
-                    )
-                finally:
-                    if stdin is not None:
-                        stdin_handle.close()
+                self._write_files(launched, files or {})
+                if prepared:
+                    _say_go(launched.process)
                 result = None
                 try:
-                    result = _collect(process, deadline, limits.output_bytes, on_line)
+                    result = _collect(launched.process, deadline, limits.output_bytes, on_line)
                 finally:
                     finished = result is not None and not (
                         result.timed_out or result.output_truncated or result.stopped_early
                     )
-                    self._end(process, finished)
-                    if self.level == "rlimits" and uid is not None:
-                        _kill_uid(uid)
-                result.returncode = process.returncode
+                    self._end(launched.process, finished)
+                    if self.level == "rlimits" and launched.uid is not None:
+                        _kill_uid(launched.uid)
+                result.returncode = launched.process.returncode
                 result.wall_s = time.monotonic() - begun
                 return result
             finally:
-                _remove_tree(workdir)
-                if uid is not None and self._uids is not None:
-                    if self.level == "rlimits":
-                        _kill_uid(uid)
-                    self._uids.release(lease)
+                self._dispose(launched)
+                if prepared:
+                    self._replenish(argv, limits)
         finally:
             self._concurrency.release()
+
+    def _launch(
+        self, argv: list[str], limits: Limits, deadline: float, stdin: bytes | None, go_pipe: bool, spare: bool = False
+    ) -> "_Launched | None":
+        """Lease a uid, make the run's directory and start the command (None: no uid by ``deadline``)."""
+        lease_held = self._uids.acquire(deadline) if self._uids is not None else (None, -1)
+        if lease_held is None:
+            return None
+        uid, lease = lease_held
+        workdir = tempfile.mkdtemp(prefix=f"reward-sandbox-{os.getpid()}-")
+        launched = _Launched(None, workdir, uid, lease)  # type: ignore[arg-type]
+        if spare:  # listed from now on, so checks for leftover directories and processes know it
+            with self._spare_guard:
+                self._starting[workdir] = launched
+        try:
+            self._prepare_workdir(workdir, stdin, uid)
+            command, popen = self._command(argv, limits, workdir, uid)
+            if go_pipe:
+                stdin_handle = subprocess.PIPE
+            else:
+                stdin_handle = open(os.path.join(workdir, ".stdin"), "rb") if stdin is not None else subprocess.DEVNULL
+            try:
+                launched.process = subprocess.Popen(
+                    command,
+                    stdin=stdin_handle,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    env=_scrubbed_env(self.workdir_inside(workdir)),
+                    **popen,
+                )
+            finally:
+                if stdin is not None and not go_pipe:
+                    stdin_handle.close()
+        except BaseException:
+            self._dispose(launched)
+            with self._spare_guard:
+                self._starting.pop(workdir, None)
+            raise
+        return launched
+
+    def _dispose(self, launched: "_Launched") -> None:
+        """Remove the run's directory and give its uid back (after its processes are gone)."""
+        _remove_tree(launched.workdir)
+        if launched.uid is not None and self._uids is not None:
+            if self.level == "rlimits":
+                _kill_uid(launched.uid)
+            self._uids.release(launched.lease)
+
+    # ----------------------------------------------------------------- prepared runs
+    @staticmethod
+    def _spare_key(argv: list[str], limits: Limits) -> tuple:
+        """What a prepared sandbox was launched with (the wall-clock and output caps are the caller's)."""
+        return (tuple(argv), limits.memory_bytes, limits.cpu_s, limits.file_size_bytes, limits.open_files, limits.processes)
+
+    def _take_spare(self, argv: list[str], limits: Limits) -> "_Launched | None":
+        key, dead = self._spare_key(argv, limits), []
+        taken = None
+        with self._spare_guard:
+            spares = self._spares.get(key, [])
+            while spares:
+                spare = spares.pop()
+                if spare.process.poll() is None:
+                    taken = spare
+                    break
+                dead.append(spare)
+        for spare in dead:
+            self._end(spare.process, False)
+            self._dispose(spare)
+        return taken
+
+    def _replenish(self, argv: list[str], limits: Limits) -> None:
+        key = self._spare_key(argv, limits)
+        with self._spare_guard:
+            waiting = len(self._spares.get(key, [])) + self._spares_starting.get(key, 0)
+            if self._closed or waiting >= self.spares:
+                return
+            self._spares_starting[key] = self._spares_starting.get(key, 0) + 1
+        with self._spare_guard:
+            if self._launcher is None:
+                # One long-lived thread launches every spare: bwrap's --die-with-parent (like any
+                # PR_SET_PDEATHSIG) fires when the launching THREAD exits, not the process.
+                self._launcher = threading.Thread(target=self._launch_spares, name="sandbox-spares", daemon=True)
+                self._launcher.start()
+        self._spare_jobs.put((argv, limits, key))
+
+    def _launch_spares(self) -> None:
+        while True:
+            self._start_spare(*self._spare_jobs.get())
+
+    def _start_spare(self, argv: list[str], limits: Limits, key: tuple) -> None:
+        launched = None
+        try:
+            launched = self._launch(argv, limits, time.monotonic() + 30.0, None, True, spare=True)
+        except Exception:  # noqa: BLE001 - a spare is an optimisation: the next run starts on demand
+            launched = None
+        finally:
+            with self._spare_guard:
+                self._spares_starting[key] -= 1
+                if launched is not None:
+                    self._starting.pop(launched.workdir, None)
+                keep = launched is not None and not self._closed
+                if keep:
+                    self._spares.setdefault(key, []).append(launched)
+        if launched is not None and not keep:
+            self._end(launched.process, False)
+            self._dispose(launched)
+
+    def close(self) -> None:
+        """End the sandboxes prepared ahead; idempotent (runs still work, started on demand)."""
+        with self._spare_guard:
+            self._closed = True
+            spares = [spare for waiting in self._spares.values() for spare in waiting]
+            self._spares.clear()
+        for spare in spares:
+            self._end(spare.process, False)
+            self._dispose(spare)
 
     def _end(self, process: subprocess.Popen, finished: bool) -> None:
         """Make sure nothing of the run survives, and let the launcher reap its own children.
@@ -408,27 +569,69 @@ class Sandbox:
         process.wait()
 
     @staticmethod
-    def _prepare_workdir(workdir: str, files: dict[str, bytes], stdin: bytes | None, uid: int | None) -> None:
+    def _prepare_workdir(workdir: str, stdin: bytes | None, uid: int | None) -> None:
         os.chmod(workdir, 0o700)
-        for relative, content in files.items():
-            path = Path(workdir, relative)
-            if (
-                path.resolve().parent != Path(workdir).resolve()
-                and Path(workdir).resolve() not in path.resolve().parents
-            ):
-                raise ValueError(f"sandbox file {relative!r} escapes the working directory")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(content)
-            os.chmod(path, 0o444)
         if stdin is not None:
             stdin_path = Path(workdir, ".stdin")
             stdin_path.write_bytes(stdin)
             os.chmod(stdin_path, 0o400)
         if uid is not None:
             os.chown(workdir, uid, uid)
-            for root, dirs, _ in os.walk(workdir):
-                for name in dirs:
-                    os.chown(os.path.join(root, name), uid, uid)
+
+    @staticmethod
+    def _write_files(launched: "_Launched", files: dict[str, bytes]) -> None:
+        """Write the run's files, read-only; new sub-directories belong to the run's uid."""
+        root = Path(launched.workdir).resolve()
+        for relative, content in files.items():
+            path = Path(launched.workdir, relative)
+            if path.resolve().parent != root and root not in path.resolve().parents:
+                raise ValueError(f"sandbox file {relative!r} escapes the working directory")
+            for parent in reversed(path.relative_to(launched.workdir).parents[:-1]):
+                directory = Path(launched.workdir, parent)
+                if not directory.exists():
+                    directory.mkdir()
+                    if launched.uid is not None:
+                        os.chown(directory, launched.uid, launched.uid)
+            path.write_bytes(content)
+            os.chmod(path, 0o444)
+
+
+_INSTANCES: "weakref.WeakSet[Sandbox]" = weakref.WeakSet()
+
+
+def spare_pids() -> list[int]:
+    """Launcher pids of the sandboxes launched ahead by every Sandbox of this process."""
+    return [pid for sandbox in list(_INSTANCES) for pid in sandbox.spare_pids()]
+
+
+def spare_uids() -> set[int]:
+    """Uids held by the sandboxes launched ahead (or being launched) by every Sandbox of this process."""
+    return {uid for sandbox in list(_INSTANCES) for uid in sandbox.spare_uids() if uid is not None}
+
+
+def spare_workdirs() -> list[str]:
+    """Working directories of the sandboxes launched ahead (or being launched) in this process."""
+    return [workdir for sandbox in list(_INSTANCES) for workdir in sandbox.spare_workdirs()]
+
+
+@dataclass
+class _Launched:
+    """A started sandbox: its launcher process, working directory and leased uid."""
+
+    process: subprocess.Popen
+    workdir: str
+    uid: int | None
+    lease: int
+
+
+def _say_go(process: subprocess.Popen) -> None:
+    """Tell a prepared run its files are written (a run that already died just reads nothing)."""
+    assert process.stdin is not None
+    try:
+        process.stdin.write(b"go\n")
+        process.stdin.close()
+    except (BrokenPipeError, OSError):
+        pass
 
 
 def _scrubbed_env(home: str) -> dict[str, str]:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -38,12 +40,22 @@ def _record_pre_existing_processes():
     yield
 
 
+def _in_spare_sandbox(process: psutil.Process, spares: set[int]) -> bool:
+    """Whether the process is a sandbox launched ahead (waiting for its problem) or inside one."""
+    try:
+        return process.pid in spares or any(parent.pid in spares for parent in process.parents())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return False
+
+
 def stray_processes() -> list[str]:
     """Descendants of this test process started during the current test (other than
-    math-verify pool workers) and any process still running under a sandbox uid."""
+    math-verify pool workers and sandboxes launched ahead) and any process still running
+    under a sandbox uid."""
     found = []
+    spares = set(sandbox_module.spare_pids())
     for child in psutil.Process().children(recursive=True):
-        if child.pid in _PRE_EXISTING:
+        if child.pid in _PRE_EXISTING or _in_spare_sandbox(child, spares):
             continue
         try:
             if child.status() == psutil.STATUS_ZOMBIE:
@@ -54,7 +66,8 @@ def stray_processes() -> list[str]:
             continue
     if os.geteuid() == 0:
         # only the uids this process leased: other processes may be scoring concurrently
-        for uid in set(sandbox_module.default_sandbox().recent_uids()):
+        # (spares of any Sandbox here may hold a uid that this one used before)
+        for uid in set(sandbox_module.default_sandbox().recent_uids()) - sandbox_module.spare_uids():
             found += [f"uid {uid}: pid {pid}" for pid in sandbox_module.processes_of_uid(uid)]
     return found
 
@@ -67,6 +80,19 @@ def assert_no_stray_processes(grace_s: float = 2.0) -> None:
             break
         time.sleep(0.05)
     assert not stray, f"processes left behind: {stray}"
+
+
+def sandbox_dirs() -> set[str]:
+    """This process's sandbox working directories, other than those of sandboxes launched ahead."""
+    mine = glob.glob(os.path.join(tempfile.gettempdir(), f"reward-sandbox-{os.getpid()}-*"))
+    return set(mine) - set(sandbox_module.spare_workdirs())
+
+
+def assert_no_new_sandbox_dirs(before: set[str], grace_s: float = 2.0) -> None:
+    deadline = time.monotonic() + grace_s
+    while (left := sandbox_dirs() - before) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left, f"sandbox directories left behind: {sorted(left)}"
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,6 @@ its temporary directory.
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import socket
@@ -28,7 +27,7 @@ from reward.code_tests import (
 )
 from reward.score import compute_score
 
-from .conftest import assert_no_stray_processes
+from .conftest import assert_no_new_sandbox_dirs, assert_no_stray_processes, sandbox_dirs
 
 ADD = json.dumps(
     {
@@ -308,7 +307,7 @@ def test_adversarial_program_scores_zero_and_leaves_nothing(name, isolation_repo
         ground_truth = TWO_SUM
     else:
         program = ADVERSARIAL[name].format(paths=ESCAPE_PATHS, token=ESCAPE_TOKEN, port=server.getsockname()[1])
-    sandboxes_before = set(glob.glob(os.path.join(tempfile.gettempdir(), f"reward-sandbox-{os.getpid()}-*")))
+    sandboxes_before = sandbox_dirs()
     started = time.monotonic()
     try:
         verdict = score_code(fenced(program), ground_truth, limits=FAST)
@@ -323,7 +322,7 @@ def test_adversarial_program_scores_zero_and_leaves_nothing(name, isolation_repo
     assert_no_stray_processes()
     leaked = [path for path in ESCAPE_PATHS + [os.path.expanduser(f"~/{ESCAPE_TOKEN}")] if os.path.exists(path)]
     assert not leaked, f"written outside the sandbox: {leaked}"
-    assert set(glob.glob(os.path.join(tempfile.gettempdir(), f"reward-sandbox-{os.getpid()}-*"))) <= sandboxes_before
+    assert_no_new_sandbox_dirs(sandboxes_before)
 
 
 def test_code_from_eight_threads_at_once():

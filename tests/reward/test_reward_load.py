@@ -103,7 +103,10 @@ def test_code_limit_counts_waiting_for_a_sandbox_slot():
     sandbox = Sandbox(default_sandbox().level, max_runs=2)
     limits = CodeLimits(test_timeout_s=1.0, problem_budget_s=3.0)
     calls = [(lambda: score_code(ENDLESS, ADD, limits=limits, sandbox=sandbox)) for _ in range(16)]
-    results = _run_all(calls)
+    try:
+        results = _run_all(calls)
+    finally:
+        sandbox.close()
     slowest = max(seconds for seconds, _ in results)
     assert slowest <= limits.problem_budget_s + MARGIN_S, f"a call took {slowest:.1f} s; its limit is 3 s"
     assert all(verdict.reason == "timeout" for _, verdict in results)

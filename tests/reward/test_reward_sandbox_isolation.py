@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from reward import sandbox as sandbox_module
 from reward.sandbox import LEVELS, Limits, Sandbox
 
-from .conftest import assert_no_stray_processes
+from .conftest import assert_no_stray_processes, sandbox_dirs
 
 PROBE_LIMITS = Limits(wall_s=20.0, cpu_s=5, memory_bytes=512 << 20, file_size_bytes=1 << 20, open_files=64)
 
@@ -101,7 +102,7 @@ def test_working_directory_is_fresh_and_removed(sandbox):
     result = _run(sandbox, code, files={"given.txt": b"hello"})
     lines = result.stdout.decode().splitlines()
     assert lines[1] == "['given.txt', 'mine.txt']"
-    assert not any(name.startswith(f"reward-sandbox-{os.getpid()}-") for name in os.listdir("/tmp"))
+    assert not sandbox_dirs()  # sandboxes launched ahead (spares) excepted
 
 
 def test_wall_clock_limit_kills_the_run(sandbox):
@@ -162,3 +163,45 @@ def test_rlimits_level_sweeps_escaped_processes_of_its_uid():
     assert result.stdout.strip() == b"parent done"
     for uid in sandbox.recent_uids():
         assert sandbox_module.processes_of_uid(uid) == []
+
+
+WAIT_FOR_GO = (
+    "import os, sys\n"
+    "if sys.stdin.readline() != 'go\\n':\n    sys.exit(0)\n"
+    "print(os.getuid(), os.getcwd(), sorted(os.listdir('.')), open('given.txt').read())\n"
+    "open('mine.txt', 'w').write('x')\n"
+)
+
+
+def test_prepared_runs_use_a_fresh_sandbox_each_launched_ahead(sandbox):
+    """Spares are whole sandboxes started before their problem: one per run, never reused;
+    a spare survives the exit of the thread that asked for it (bwrap's --die-with-parent
+    follows the launching thread: spares come from one long-lived thread)."""
+    seen = []
+
+    def one_run(index: int) -> None:
+        result = sandbox.run(
+            ["python", "-I", "-c", WAIT_FOR_GO], files={"given.txt": f"run {index}".encode()},
+            limits=PROBE_LIMITS, prepared=True,
+        )
+        seen.append(result.stdout.decode().strip())
+
+    try:
+        for index in range(3):
+            thread = threading.Thread(target=one_run, args=(index,))  # a short-lived caller thread
+            thread.start()
+            thread.join()
+            deadline = time.monotonic() + 20
+            while not sandbox.spare_pids() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert sandbox.spare_pids(), "no sandbox was launched ahead"
+            time.sleep(0.3)  # the spare must outlive the caller thread that triggered it
+            assert all(os.path.exists(f"/proc/{pid}") for pid in sandbox.spare_pids())
+        assert [line.split(" ", 1)[1].endswith(f"['given.txt'] run {i}") for i, line in enumerate(seen)] == [True] * 3
+        if sandbox.is_root:
+            assert len({line.split()[0] for line in seen}) == 3  # a uid of its own per run
+    finally:
+        sandbox.close()
+    assert not sandbox.spare_pids()
+    assert_no_stray_processes()
+    assert not sandbox_dirs()
