@@ -8,7 +8,8 @@ Stages, each through the same command a user runs for the real thing:
    ``python -m dfpo.main`` and verl's whole trainer on 2 CPU ranks (progress: one line per step);
 3. checkpoints to Hugging Face models — ``python -m verl.model_merger merge --backend fsdp``;
 4. evaluation — ``python -m dfpo.evaluation.generate --backend transformers`` on the held-out
-   sums for both trained models and the warm-started model they started from;
+   sums and on the training sums, for both trained models and the warm-started model they
+   started from (the tiny model learns which sums it is rewarded on; it does not learn addition);
 5. report — ``python -m dfpo.evaluation.report``: the Table 1-style mini table (avg@k with
    bootstrap CIs over problems, paired tests against GSPO) and its figures.
 
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dfpo.local.prepare import prepare
-from dfpo.local.toy_task import TEST_SOURCE
+from dfpo.local.toy_task import TEST_SOURCE, TRAIN_SOURCE
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -145,12 +146,12 @@ def merge(actor_dir: Path, target: Path, log: Path) -> Path:
     return target
 
 
-def evaluate(model_dir: Path, data: Path, output_dir: Path, k: int, seed: int, log: Path) -> Path:
+def evaluate(model_dir: Path, data: list[Path], output_dir: Path, k: int, seed: int, log: Path) -> Path:
     if not (output_dir / "summary.json").exists():
         run_logged(
             [
                 sys.executable, "-m", "dfpo.evaluation.generate",
-                "--model", str(model_dir), "--data", str(data), "--output-dir", str(output_dir),
+                "--model", str(model_dir), "--data", *map(str, data), "--output-dir", str(output_dir),
                 "--backend", "transformers", "--device", "cpu", "--k", str(k), "--seed", str(seed),
                 "--temperature", "1.0", "--top-p", "1.0", "--top-k", "0", "--max-new-tokens", "16",
                 "--score-workers", "0", "--no-progress",
@@ -161,7 +162,7 @@ def evaluate(model_dir: Path, data: Path, output_dir: Path, k: int, seed: int, l
 
 
 def write_runs_file(path: Path, evals: dict[str, Path], train_logs: dict[str, Path | None]) -> None:
-    lines = ["baseline: GSPO", "benchmarks:", f"  {TEST_SOURCE}: Held-out sums", "runs:"]
+    lines = ["baseline: GSPO", "benchmarks:", f"  {TEST_SOURCE}: Held-out sums", f"  {TRAIN_SOURCE}: Training sums", "runs:"]
     for label, eval_dir in evals.items():
         entry = {"model": MODEL, "method": label, "seed": 0, "eval": str(eval_dir)}
         if train_logs.get(label) is not None:
@@ -174,7 +175,7 @@ def run(root: Path, steps: int, ranks: int, k: int, seed: int) -> Path:
     started = time.monotonic()
     logs = root / EXPERIMENT_LOGS
     say(f"stage 1/5: toy data and tiny model under {root}")
-    base_model, _, test_file = prepare(root)
+    base_model, train_file, test_file = prepare(root)
 
     trained: dict[str, Path] = {}
     train_logs: dict[str, Path | None] = {WARM_START: None}
@@ -184,15 +185,14 @@ def run(root: Path, steps: int, ranks: int, k: int, seed: int) -> Path:
         found = sorted((root / "logs" / "dfpo").glob(f"{experiment_name(method, steps)}.*.jsonl"))
         train_logs[method.label] = found[-1] if found else None
 
-    say(f"stage 4/5: merging checkpoints and sampling k={k} answers per held-out problem")
+    say(f"stage 4/5: merging checkpoints and sampling k={k} answers per problem")
     models = {WARM_START: base_model}
     for label, actor_dir in trained.items():
         models[label] = merge(actor_dir, root / "merged" / actor_dir.parent.parent.name, logs / "merge.log")
     evals = {}
     for label, model_dir in models.items():
-        evals[label] = evaluate(model_dir, test_file, root / "evals" / model_dir.name, k, seed, logs / "evaluate.log")
-        summary = json.loads((evals[label] / "summary.json").read_text())
-        say(f"  {label}: evaluated ({evals[label]})" + (f" {summary_line(summary)}" if summary_line(summary) else ""))
+        evals[label] = evaluate(model_dir, [test_file, train_file], root / "evals" / model_dir.name, k, seed, logs / "evaluate.log")
+        say(f"  {label}: evaluated ({evals[label]})")
 
     say("stage 5/5: report")
     runs_file = root / "report" / "runs.yaml"
@@ -211,18 +211,10 @@ def run(root: Path, steps: int, ranks: int, k: int, seed: int) -> Path:
     return report_dir
 
 
-def summary_line(summary: dict) -> str:
-    """``avg@k = x`` from a generate summary, when it holds one overall number."""
-    for key in ("avg_at_k", "mean_acc", "acc"):
-        if isinstance(summary.get(key), (int, float)):
-            return f"avg@k = {summary[key]:.3f}"
-    return ""
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dfpo.local.quickstart", description=__doc__.split("\n\n")[0])
     parser.add_argument("--output-root", type=Path, default=Path(os.environ.get("OUTPUT_ROOT", "outputs/quickstart")))
-    parser.add_argument("--steps", type=int, default=6, help="training steps per method (default 6)")
+    parser.add_argument("--steps", type=int, default=8, help="training steps per method (default 8)")
     parser.add_argument("--ranks", type=int, default=2, help="CPU ranks (FSDP2 over gloo) per training run (default 2)")
     parser.add_argument("--k", type=int, default=8, help="samples per held-out problem (default 8)")
     parser.add_argument("--seed", type=int, default=1)

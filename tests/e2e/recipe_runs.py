@@ -51,12 +51,18 @@ def _end_processes(pids: set[int]) -> None:
 
 
 def run_recipe(script: str, env: dict[str, str], args: tuple[str, ...] = (), timeout_s: float = 600.0) -> RecipeRun:
-    """``bash recipes/<script> args...`` with ``env`` added to this environment; returns its exit
+    """``bash recipes/<script> args...``: see :func:`run_command`."""
+    return run_command(["bash", str(REPO_ROOT / "recipes" / script), *args], env, timeout_s)
+
+
+def run_command(argv: list[str], env: dict[str, str], timeout_s: float = 600.0) -> RecipeRun:
+    """``argv`` in the repository root with ``env`` added to this environment; returns its exit
     status and combined output. Raises ``TimeoutError`` (with the output's tail) past ``timeout_s``."""
+    script = " ".join(argv[:2])
     environment = {**os.environ, "PYTHON": sys.executable, "PYTHONUNBUFFERED": "1", **env}
     started = time.monotonic()
     process = subprocess.Popen(
-        ["bash", str(REPO_ROOT / "recipes" / script), *args],
+        argv,
         cwd=REPO_ROOT,
         env=environment,
         stdout=subprocess.PIPE,

@@ -16,7 +16,7 @@ import math
 
 import pytest
 
-from tests.e2e.recipe_runs import file_log_steps, run_recipe
+from tests.e2e.recipe_runs import REPO_ROOT, file_log_steps, run_command, run_recipe
 
 pytestmark = pytest.mark.slow
 
@@ -148,8 +148,6 @@ def test_gspo_baseline_runs_through_the_same_path_on_one_rank(gspo_run, output_r
 
 @pytest.fixture(scope="module")
 def faulty_reward_run(output_root):
-    from tests.e2e.recipe_runs import REPO_ROOT
-
     run = run_recipe(
         "run_dfpo_min_replace_tiny_cpu.sh",
         {"OUTPUT_ROOT": str(output_root), "TOTAL_TRAINING_STEPS": "2", "GPUS_PER_NODE": "1", "EXPERIMENT_NAME": "faulty-reward"},
@@ -173,3 +171,23 @@ def test_a_reward_that_raises_or_hangs_is_bounded_scored_zero_counted_and_traini
     assert failed == pytest.approx(2 / 5)
     assert "injected scorer fault" in faulty_reward_run.output
     assert "did not return within 3 s" in faulty_reward_run.output
+
+
+def test_the_readmes_first_command_runs_the_pipeline_in_miniature(output_root):
+    """``bash scripts/quickstart.sh`` (set-up, prepare, train both methods, merge, evaluate,
+    report), shortened by its own options to one step on one rank and 2 samples per problem."""
+    run = run_command(
+        ["bash", "scripts/quickstart.sh", "--steps", "1", "--ranks", "1", "--k", "2", "--output-root", str(output_root)],
+        {},
+        timeout_s=2 * RUN_TIMEOUT_S,
+    )
+    assert run.returncode == 0, run.tail()
+    for stage in range(1, 6):
+        assert f"stage {stage}/5" in run.output
+    assert "step 1/1: train reward" in run.output
+    report = output_root / "report"
+    table = (report / "table1.md").read_text()
+    for row in ("DFPO (Min-Replace)", "GSPO (baseline)", "Warm start (no RL)", "Held-out sums", "Training sums"):
+        assert row in table
+    assert table in run.output
+    assert sorted(p.name for p in report.glob("*.png")), "the report wrote no figure"
