@@ -14,8 +14,9 @@ sequentially and from 8 threads, plus the subset of rows our exact path cannot d
 worker start-up is excluded from both sides).
 
 Code: per-problem wall time of ``reward.code_tests.score_code`` (one sandboxed process per
-problem, at every isolation level available here) vs running the same program once per
-test with bare ``python3 program.py < input`` and comparing the same way.
+problem, at every isolation level available here, with the sandbox launched on demand and
+launched ahead) vs running the same program once per test with bare
+``python3 program.py < input`` and comparing the same way.
 
 Usage: ``python scripts/bench_reward.py [--passes 5] [--code-repeats 10] [--only math|code] [--out FILE]``.
 Prints a Markdown report (ratios computed within this run).
@@ -168,38 +169,85 @@ def bench_code(repeats: int) -> list[str]:
     from reward.code_tests import CodeLimits, score_code
 
     levels = [level for level in sandbox_module.LEVELS if sandbox_module._probe(level)[0] is not None]
-    header = "| problem | bare python3 (ms) | " + " | ".join(f"{lvl} (ms) | {lvl} / bare" for lvl in levels) + " |"
+    # per level: sandboxes launched on demand (spares=0) and launched ahead (the default, spares=2)
+    variants = {f"{level} {kind}": sandbox_module.Sandbox(level, spares=spares) for level in levels for kind, spares in (("on demand", 0), ("ahead", 2))}
+    header = "| problem | bare python3 (ms) | " + " | ".join(f"{name} (ms) | / bare" for name in variants) + " |"
     lines = [
         f"Median of {repeats} runs per problem, variants interleaved round-robin; "
-        "bare = one `python3 program.py < input` per test. "
+        "bare = one `python3 program.py < input` per test. `on demand`: the sandbox is launched "
+        "when the problem arrives; `ahead`: the default, a sandbox launched ahead in the background "
+        "takes the problem (one per problem, never reused). "
         f"Isolation levels available here: {', '.join(levels)}.",
         "",
         header,
-        "|---|---|" + "---|---|" * len(levels),
+        "|---|---|" + "---|---|" * len(variants),
     ]
-    sandboxes = {level: sandbox_module.Sandbox(level) for level in levels}
     for name, (program, tests) in PROBLEMS.items():
         spec = json.dumps(
             {"tests": [{"input": i, "output": o, "testtype": "stdin"} for i, o in tests], "fn_name": None}
         )
         response = f"```python\n{program}```"
-        times: dict[str, list[float]] = {"bare": [], **{level: [] for level in levels}}
+        times: dict[str, list[float]] = {"bare": [], **{variant: [] for variant in variants}}
         for _ in range(repeats):  # round-robin, so load bursts from elsewhere hit every variant alike
             started = time.perf_counter()
             assert _bare(program, tests)
             times["bare"].append(time.perf_counter() - started)
-            for level, sandbox in sandboxes.items():
+            for variant, sandbox in variants.items():
                 started = time.perf_counter()
                 verdict = score_code(response, spec, limits=CodeLimits(), sandbox=sandbox)
-                times[level].append(time.perf_counter() - started)
-                assert verdict.reason == "correct", (level, name, verdict.reason)
+                times[variant].append(time.perf_counter() - started)
+                assert verdict.reason == "correct", (variant, name, verdict.reason)
         bare = statistics.median(times["bare"])
         cells = [f"{bare * 1e3:.1f}"]
-        for level in levels:
-            ours = statistics.median(times[level])
+        for variant in variants:
+            ours = statistics.median(times[variant])
             cells += [f"{ours * 1e3:.1f}", f"{ours / bare:.2f}x"]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return lines
+    for sandbox in variants.values():
+        sandbox.close()
+    return lines + ["", *_cpu_per_problem(levels, repeats)]
+
+
+def _cpu_seconds() -> float:
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _cpu_per_problem(levels: list[str], repeats: int) -> list[str]:
+    """CPU time (this process and all its finished children) per one-test problem, each variant
+    run alone; sandboxes launched ahead are closed at the end, so their launches are counted."""
+    from reward import sandbox as sandbox_module
+    from reward.code_tests import CodeLimits, score_code
+
+    program, tests = PROBLEMS["a+b, 1 test"]
+    spec = json.dumps({"tests": [{"input": i, "output": o, "testtype": "stdin"} for i, o in tests], "fn_name": None})
+    response = f"```python\n{program}```"
+    started = _cpu_seconds()
+    for _ in range(repeats):
+        assert _bare(program, tests)
+    cells = {"bare python3": (_cpu_seconds() - started) / repeats}
+    for level in [level for level in levels if level != "bwrap"]:  # see the note below
+        for kind, spares in (("on demand", 0), ("ahead", 2)):
+            sandbox = sandbox_module.Sandbox(level, spares=spares)
+            started = _cpu_seconds()
+            for _ in range(repeats):
+                assert score_code(response, spec, limits=CodeLimits(), sandbox=sandbox).reason == "correct"
+            sandbox.close()
+            cells[f"{level} {kind}"] = (_cpu_seconds() - started) / repeats
+    bare = cells["bare python3"]
+    return [
+        f"CPU time per problem, \"a+b, 1 test\" ({repeats} problems per variant, run alone; user + system "
+        "time of this process and its finished children, so launches made ahead are counted):",
+        "",
+        "| " + " | ".join(cells) + " |",
+        "|" + "---|" * len(cells),
+        "| " + " | ".join(f"{value * 1e3:.1f} ms ({value / bare:.2f}x)" for value in cells.values()) + " |",
+        "",
+        "(bwrap is left out: the processes inside its PID namespace are not all reaped through the "
+        "chain of waits that `getrusage(RUSAGE_CHILDREN)` counts, so its CPU time reads far too low.)",
+    ]
 
 
 def main() -> int:
