@@ -59,8 +59,8 @@ class LocalRolloutReplica(RolloutReplica):
             "name": server_actor_name(self.replica_rank),
             "num_cpus": 0,
             "max_concurrency": self.max_concurrency,
-            # The server must see the same platform and plugin settings as the workers.
-            "runtime_env": {"env_vars": {key: os.environ[key] for key in ("VERL_PLATFORM", "DFPO_LOCAL_BACKEND") if key in os.environ}},
+            # The server runs where the workers run and must resolve the same platform.
+            "runtime_env": {"env_vars": {"VERL_PLATFORM": os.environ["VERL_PLATFORM"]}} if "VERL_PLATFORM" in os.environ else {},
         }
         if node_id is not None:
             options["scheduling_strategy"] = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
