@@ -241,30 +241,50 @@ def _run_functional_test(function, text):
         sys.set_int_max_str_digits(INT_DIGITS)
 
 
-def _child(code, source, fn_name, first, inputs, report_fd, output_bytes):
-    """In the forked child: load the module once, run tests ``first``.., report, _exit."""
+def prepare_process():
+    """The process state LiveCodeBench grades in: standard input at /dev/null (its grading
+    process is a ``multiprocessing`` child), output and errors discarded, big integers
+    printable, the guard applied.  Returns the load-time ``sys.stdin`` (see _run_stdin_test)."""
+    null_in = os.open(os.devnull, os.O_RDONLY)
+    null_out = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null_in, 0)
+    os.dup2(null_out, 1)
+    os.dup2(null_out, 2)
+    sys.stdin = open(0, "r", closefd=False)
+    sys.stdout = open(1, "w", closefd=False)
+    sys.stderr = open(2, "w", closefd=False)
+    sys.set_int_max_str_digits(INT_DIGITS)
+    _guard()
+    return sys.stdin
+
+
+def load_program(code, source, fn_name):
+    """LiveCodeBench's compile step: run the module, take ``Solution().fn_name`` when the
+    source says ``class Solution``, else the module's ``fn_name`` (``wrapped_function`` for stdin)."""
     import types
 
+    module = types.ModuleType("tmp_sol", "")
+    exec(code, module.__dict__)
+    target = module.Solution() if "class Solution" in source else module
+    return getattr(target, fn_name or "wrapped_function")
+
+
+def run_test(function, fn_name, text, load_time_stdin):
+    """One test: the captured stdout (stdin problems) or ``=<json>`` / ``!`` (functional)."""
+    if fn_name:
+        return _run_functional_test(function, text)
+    return _run_stdin_test(function, text, load_time_stdin)
+
+
+def _child(code, source, fn_name, first, inputs, report_fd, output_bytes):
+    """In the forked child: load the module once, run tests ``first``.., report, _exit."""
     status = 1
     try:
         os.setpgid(0, 0)
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
-        null_in = os.open(os.devnull, os.O_RDONLY)
-        null_out = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null_in, 0)
-        os.dup2(null_out, 1)
-        os.dup2(null_out, 2)
-        sys.stdin = open(0, "r", closefd=False)
-        sys.stdout = open(1, "w", closefd=False)
-        sys.stderr = open(2, "w", closefd=False)
-        sys.set_int_max_str_digits(INT_DIGITS)
-        _guard()
-        load_time_stdin = sys.stdin
-        module = types.ModuleType("tmp_sol", "")
+        load_time_stdin = prepare_process()
         try:
-            exec(code, module.__dict__)
-            target = module.Solution() if "class Solution" in source else module
-            function = getattr(target, fn_name or "wrapped_function")
+            function = load_program(code, source, fn_name)
         except BaseException as error:  # noqa: BLE001 - the program failed to load
             _report(report_fd, "C " + _b64(f"{type(error).__name__}: {error}"[:500]))
             os._exit(1)
@@ -273,10 +293,7 @@ def _child(code, source, fn_name, first, inputs, report_fd, output_bytes):
             with open(inputs[index], encoding="utf-8", errors="surrogatepass") as handle:
                 text = handle.read()
             try:
-                if fn_name:
-                    output = _run_functional_test(function, text)
-                else:
-                    output = _run_stdin_test(function, text, load_time_stdin)
+                output = run_test(function, fn_name, text, load_time_stdin)
                 outcome = _write_output(index, output.encode("utf-8", errors="surrogatepass"), output_bytes)
             except BaseException:  # noqa: BLE001 - any failure of the program
                 outcome = "runtime_error"

@@ -203,7 +203,7 @@ def functional_output_matches(actual_json: str, expected_json: str) -> bool:
     return actual == _json_value(expected_json)
 
 
-def _harness_functional_matches(output: str, expected_json: str) -> bool:
+def harness_functional_matches(output: str, expected_json: str) -> bool:
     """The harness reports ``=<json>`` for plain data and ``!`` for anything else (never equal)."""
     return output.startswith("=") and functional_output_matches(output[1:], expected_json)
 
@@ -314,7 +314,7 @@ def score_code(
         elif test.testtype == "stdin":
             ok, reason = stdin_output_matches(output, test.output), outcome.WRONG_ANSWER
         else:
-            ok, reason = _harness_functional_matches(output, test.output), outcome.WRONG_ANSWER
+            ok, reason = harness_functional_matches(output, test.output), outcome.WRONG_ANSWER
         passed[i] = ok
         if not ok and not first_failure:
             first_failure.append(reason)

@@ -14,8 +14,9 @@ Workers are forked from a warm fork server (:mod:`reward.math_verify_worker`) th
 imported math-verify once, so a new worker is ready in milliseconds.  Hence a killed
 worker costs nothing to replace, and when every worker is stuck on slow comparisons a
 caller that has waited :data:`SURGE_AFTER_S` gets an extra worker (up to ``max_size``),
-so hostile answers cannot starve ordinary ones into timeouts.  Extra workers are retired
-when they come back idle.  The server is started by ``subprocess`` by file path (no fork
+so hostile answers cannot starve ordinary ones into timeouts.  Extra workers are ended
+once they have been idle for :data:`RETIRE_IDLE_S` (kept meanwhile, so steady load from
+many threads does not fork and end workers over and over).  The server is started by ``subprocess`` by file path (no fork
 of a threaded parent, no re-import of the parent's ``__main__``), lazily on first use;
 everything exits when the parent goes away (EOF on the sockets, or the per-request CPU
 limit if busy), and :func:`atexit` kills what remains.
@@ -43,6 +44,8 @@ DEFAULT_MEMORY_LIMIT_BYTES = 3 << 30
 DEFAULT_STARTUP_TIMEOUT_S = 120.0
 SURGE_AFTER_S = 0.25
 """A caller that has waited this long for a busy pool may fork an extra worker."""
+RETIRE_IDLE_S = 30.0
+"""Workers beyond ``size`` that have been idle this long are ended."""
 FORK_REPLY_TIMEOUT_S = 30.0
 _HEADER = struct.Struct(">I")
 _MAX_REPLY_BYTES = 1 << 20
@@ -88,6 +91,8 @@ class _Worker:
 
     def __init__(self, pid: int, sock: socket.socket) -> None:
         self.pid, self.sock = pid, sock
+        self.idle_since = time.monotonic()
+        self.served = 0  # comparisons answered: sympy's caches are per process, so busier is warmer
         self._buffer = bytearray()
         try:
             self._pidfd = os.pidfd_open(pid)
@@ -267,6 +272,7 @@ class MathVerifyPool:
                 except (_WorkerGone, OSError) as error:
                     return Comparison("error", f"math-verify worker died: {error}")
                 healthy = True
+                worker.served += 1
                 return Comparison(reply["status"], reply.get("detail", ""))
             finally:
                 self._release(worker, healthy)
@@ -280,7 +286,9 @@ class MathVerifyPool:
                 if self._closed:
                     raise RuntimeError("the math-verify pool is closed")
                 if self._idle:
-                    return self._idle.pop()
+                    warmest = max(self._idle, key=lambda idle: idle.served)
+                    self._idle.remove(warmest)
+                    return warmest
                 now = time.monotonic()
                 surge = now - waiting_since >= SURGE_AFTER_S
                 if len(self._all) + self._forking < (self.max_size if surge else self.size):
@@ -323,16 +331,27 @@ class MathVerifyPool:
         raise WorkerStartupError(f"the math-verify server {WORKER_PATH} keeps exiting; its error is on stderr above")
 
     def _release(self, worker: _Worker, healthy: bool) -> None:
+        retired: list[_Worker] = []
         with self._condition:
-            if healthy and not self._closed and len(self._all) <= self.size:
+            now = time.monotonic()
+            if healthy and not self._closed:
+                worker.idle_since = now
                 self._idle.append(worker)
-                self._condition.notify()
-                return
-            self._all.discard(worker)  # killed, or an extra worker retired
-            if not healthy:
-                self.killed += 1
+                # end extra workers (beyond ``size``) that nobody needed for RETIRE_IDLE_S
+                while len(self._all) - len(retired) > self.size:
+                    oldest = min(self._idle, key=lambda idle: (idle.idle_since, idle.served))
+                    if now - oldest.idle_since < RETIRE_IDLE_S:
+                        break
+                    self._idle.remove(oldest)
+                    self._all.discard(oldest)
+                    retired.append(oldest)
+            else:
+                self._all.discard(worker)
+                self.killed += 0 if healthy else 1
+                retired.append(worker)
             self._condition.notify()
-        worker.kill()
+        for old in retired:
+            old.kill()
 
     def worker_pids(self) -> list[int]:
         """Process ids of the live workers (for tests and diagnostics)."""

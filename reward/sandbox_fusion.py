@@ -7,14 +7,18 @@ run_code endpoint>`` (for example ``http://host:8080/run_code``, the same URL ve
 "python", compile_timeout, run_timeout, memory_limit_MB, files, fetch_files}``; the server
 answers ``{status, compile_result, run_result: {status, return_code, stdout, ...}}``.
 
-Outputs are compared here exactly as for the local sandbox (:mod:`reward.code_tests`).
-Functional tests append a small driver to the program that prints the JSON-serialised
-return value after a per-call random marker line, so the candidate's own prints cannot be
-mistaken for the result.
+Each test's script is LiveCodeBench's harness for that one test (the functions of
+:mod:`reward.code_harness`: preamble, ``wrapped_function``, ``Solution``, stdin stand-ins,
+guard) followed by the program and the input as literals; it prints the test's output,
+base64-encoded after a per-call random marker, so the candidate's own prints cannot be
+mistaken for it.  Outputs are compared here exactly as for the local sandbox
+(:mod:`reward.code_tests`).  Unlike the local sandbox (and LiveCodeBench), each test runs
+in a fresh process: state does not carry over from one test to the next.
 """
 
 from __future__ import annotations
 
+import binascii
 import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -24,36 +28,43 @@ import requests
 from reward import outcome
 from reward.code_tests import (
     DEFAULT_CODE_LIMITS,
+    HARNESS_SOURCE,
     CodeLimits,
     TestCase,
-    functional_output_matches,
+    harness_functional_matches,
     parse_submission,
     stdin_output_matches,
 )
 
+_MAIN_GUARD = '\nif __name__ == "__main__":\n    main()\n'
+if not HARNESS_SOURCE.endswith(_MAIN_GUARD):
+    raise ImportError("reward/code_harness.py must end with its main guard (sandbox_fusion strips it)")
+_HARNESS_FUNCTIONS = HARNESS_SOURCE[: -len(_MAIN_GUARD)]
+
 HTTP_ATTEMPTS = 3
 HTTP_SLACK_S = 10.0
 
-_DRIVER = """
+_REMOTE_DRIVER = """
 
-def __reward_driver():
-    import json
-    args = [json.loads(line) for line in {input!r}.split("\\n") if line.strip()]
-    namespace = globals()
-    if "Solution" in namespace and hasattr(namespace["Solution"], {fn_name!r}):
-        function = getattr(namespace["Solution"](), {fn_name!r})
-    else:
-        function = namespace[{fn_name!r}]
-    result = json.dumps(function(*args))
-    print()
-    print({marker!r} + result)
+def _remote_test(program, fn_name, text, marker):
+    results = os.dup(1)
+    for name in PRELOADED:
+        __import__(name)
+    source = functional_source(program) if fn_name else stdin_source(program)
+    code = compile(source, "<solution>", "exec")
+    load_time_stdin = prepare_process()
+    output = run_test(load_program(code, source, fn_name), fn_name, text, load_time_stdin)
+    os.write(results, ("\\n" + marker + _b64(output) + "\\n").encode())
 
-__reward_driver()
+
+_remote_test({program!r}, {fn_name!r}, {text!r}, {marker!r})
 """
 
 
-def _functional_program(program: str, test: TestCase, fn_name: str, marker: str) -> str:
-    return program + _DRIVER.format(input=test.input, fn_name=fn_name, marker=marker)
+def remote_program(program: str, test: TestCase, fn_name: str | None, marker: str) -> str:
+    """A stand-alone script that grades one test as LiveCodeBench does (the functions of
+    :mod:`reward.code_harness`) and prints ``marker`` + the base64 output on its last line."""
+    return _HARNESS_FUNCTIONS + _REMOTE_DRIVER.format(program=program, fn_name=fn_name, text=test.input, marker=marker)
 
 
 def _post(url: str, payload: dict, timeout_s: float) -> dict | None:
@@ -76,10 +87,9 @@ def _run_test(url: str, program: str, test: TestCase, fn_name: str | None, limit
     """(passed, failure reason) of one test on the server."""
     marker = "@@reward-result-" + secrets.token_hex(8) + "@@"
     functional = test.testtype == "functional"
-    code = _functional_program(program, test, fn_name or "", marker) if functional else program
     payload = {
-        "code": code,
-        "stdin": "" if functional else test.input,
+        "code": remote_program(program, test, fn_name, marker),
+        "stdin": "",  # the input is in the script; fd 0 is empty, as in LiveCodeBench's grader
         "language": "python",
         "compile_timeout": limits.test_timeout_s,
         "run_timeout": limits.test_timeout_s,
@@ -99,12 +109,18 @@ def _run_test(url: str, program: str, test: TestCase, fn_name: str | None, limit
     if run.get("status") != "Finished" or run.get("return_code") != 0:
         return False, outcome.RUNTIME_ERROR
     stdout = run.get("stdout") or ""
+    results = [line[len(marker) :] for line in stdout.split("\n") if line.startswith(marker)]
+    try:
+        output = binascii.a2b_base64(results[-1]).decode("utf-8", errors="replace") if results else None
+    except binascii.Error:
+        output = None
+    if output is None:
+        return False, outcome.RUNTIME_ERROR
     if functional:
-        results = [line[len(marker) :] for line in stdout.split("\n") if line.startswith(marker)]
-        if not results:
-            return False, outcome.RUNTIME_ERROR
-        return (True, "") if functional_output_matches(results[-1], test.output) else (False, outcome.WRONG_ANSWER)
-    return (True, "") if stdin_output_matches(stdout, test.output) else (False, outcome.WRONG_ANSWER)
+        ok = harness_functional_matches(output, test.output)
+    else:
+        ok = stdin_output_matches(output, test.output)
+    return (True, "") if ok else (False, outcome.WRONG_ANSWER)
 
 
 def score_code_remote(

@@ -12,7 +12,6 @@ import json
 import os
 import socket
 import tempfile
-import threading
 import time
 import uuid
 
@@ -323,32 +322,6 @@ def test_adversarial_program_scores_zero_and_leaves_nothing(name, isolation_repo
     leaked = [path for path in ESCAPE_PATHS + [os.path.expanduser(f"~/{ESCAPE_TOKEN}")] if os.path.exists(path)]
     assert not leaked, f"written outside the sandbox: {leaked}"
     assert_no_new_sandbox_dirs(sandboxes_before)
-
-
-def test_code_from_eight_threads_at_once():
-    correct = fenced("a, b = map(int, input().split())\nprint(a + b)")
-    wrong = fenced("print(0)")
-    looping = fenced("while True:\n    pass")
-    jobs = [(correct, 1.0), (wrong, 0.0), (looping, 0.0), (correct, 1.0)] * 2
-    results: dict[int, float] = {}
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(len(jobs))
-
-    def run(index: int) -> None:
-        try:
-            barrier.wait()
-            results[index] = compute_score("deepcoder", jobs[index][0], ADD, code_test_timeout_s=2)["score"]
-        except BaseException as error:  # noqa: BLE001
-            errors.append(error)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    assert not errors
-    assert [results[i] for i in range(len(jobs))] == [expected for _, expected in jobs]
-    assert_no_stray_processes()
 
 
 @pytest.mark.parametrize(

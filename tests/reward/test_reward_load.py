@@ -118,9 +118,14 @@ def test_code_limit_holds_from_many_callers(callers):
     test_limit_s = 2.0
     budget = CodeLimits(test_timeout_s=test_limit_s).run_budget_s(2)
     jobs = [(ENDLESS, "timeout") if k % 2 else (CORRECT, "correct") for k in range(callers)]
+    sources = ("livecodebench", "deepcoder", "primeintellect")
     calls = [
-        (lambda response=response: compute_score("livecodebench", response, ADD, code_test_timeout_s=test_limit_s))
-        for response, _ in jobs
+        (
+            lambda response=response, source=sources[k % 3]: compute_score(
+                source, response, ADD, code_test_timeout_s=test_limit_s
+            )
+        )
+        for k, (response, _) in enumerate(jobs)
     ]
     results = _run_all(calls)
     slowest = max(seconds for seconds, _ in results)

@@ -9,6 +9,7 @@ import time
 import psutil
 import pytest
 
+from reward import math_verify_pool
 from reward.math_scoring import score_math, verdict_cache
 from reward.math_verify_pool import MathVerifyPool, get_default_pool
 from reward.score import compute_score
@@ -120,6 +121,32 @@ def test_killed_worker_is_replaced_and_pool_never_degrades():
     assert pool.worker_pids() == []
     with pytest.raises(RuntimeError, match="closed"):
         pool.compare("1", "1", 1.0)
+
+
+def test_extra_workers_are_kept_under_steady_load(monkeypatch):
+    """Workers forked for a burst stay while they are needed: repeated bursts of 4 callers on a
+    pool of 1 do not fork and end workers every time (that churn cost a cold start per call)."""
+    monkeypatch.setattr(math_verify_pool, "SURGE_AFTER_S", 0.0)  # every waiting caller may fork at once
+    pool = MathVerifyPool(size=1, max_size=4)
+    try:
+        assert pool.compare("\\frac{1}{2}", "0.5", 60).status == "equal"
+        statuses: list[str] = []
+        for burst in range(3):
+            barrier = threading.Barrier(4)
+
+            def call(k: int) -> None:
+                barrier.wait()
+                statuses.append(pool.compare(f"\\sqrt{{{8 * (k + 2) ** 2}}}", f"{2 * (k + 2)}\\sqrt{{2}}", 60).status)
+
+            threads = [threading.Thread(target=call, args=(k,)) for k in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=120)
+        assert statuses == ["equal"] * 12
+        assert pool.started <= 4 and pool.killed == 0, (pool.started, pool.killed)
+    finally:
+        pool.close()
 
 
 def test_math_from_eight_threads_at_once():
