@@ -213,11 +213,14 @@ def run(root: Path, steps: int, ranks: int, k: int, seed: int) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dfpo.local.quickstart", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--output-root", type=Path, default=Path(os.environ.get("OUTPUT_ROOT", "outputs/quickstart")))
+    parser.add_argument(
+        "--output-root", type=Path, default=Path(os.environ.get("OUTPUT_ROOT", "outputs/quickstart")),
+        help="where everything is written (default: $OUTPUT_ROOT or outputs/quickstart)",
+    )
     parser.add_argument("--steps", type=int, default=8, help="training steps per method (default 8)")
     parser.add_argument("--ranks", type=int, default=2, help="CPU ranks (FSDP2 over gloo) per training run (default 2)")
-    parser.add_argument("--k", type=int, default=8, help="samples per held-out problem (default 8)")
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--k", type=int, default=8, help="samples per evaluation problem (default 8)")
+    parser.add_argument("--seed", type=int, default=1, help="training seed (SEED of the recipes) and evaluation seed")
     args = parser.parse_args(argv)
     for name in ("steps", "ranks", "k"):
         if getattr(args, name) < 1:
