@@ -24,6 +24,8 @@ from .conftest import assert_no_stray_processes
 
 MARGIN_S = 3.0
 """Slack over a limit for thread scheduling and process tear-down on a loaded 2-core machine."""
+CODE_MARGIN_S = 5.0
+"""The same for sandboxes, whose tear-down (namespaces, directory) comes after the limit."""
 MATH_LIMIT_S = 2.0
 HOSTILE_MATH = ("\\boxed{9^{9^{9^9}}}", "\\boxed{(10^{10})!}")
 
@@ -99,16 +101,17 @@ ENDLESS = "```python\nwhile True:\n    pass\n```"
 
 
 def test_code_limit_counts_waiting_for_a_sandbox_slot():
-    """16 callers share a sandbox that runs 2 programs at a time: queueing comes out of the limit."""
+    """24 callers share a sandbox that runs 2 programs at a time: queueing comes out of the limit
+    (counted from the run's start instead, the last callers took 15 s and more)."""
     sandbox = Sandbox(default_sandbox().level, max_runs=2)
     limits = CodeLimits(test_timeout_s=1.0, problem_budget_s=3.0)
-    calls = [(lambda: score_code(ENDLESS, ADD, limits=limits, sandbox=sandbox)) for _ in range(16)]
+    calls = [(lambda: score_code(ENDLESS, ADD, limits=limits, sandbox=sandbox)) for _ in range(24)]
     try:
         results = _run_all(calls)
     finally:
         sandbox.close()
     slowest = max(seconds for seconds, _ in results)
-    assert slowest <= limits.problem_budget_s + MARGIN_S, f"a call took {slowest:.1f} s; its limit is 3 s"
+    assert slowest <= limits.problem_budget_s + CODE_MARGIN_S, f"a call took {slowest:.1f} s; its limit is 3 s"
     assert all(verdict.reason == "timeout" for _, verdict in results)
     assert_no_stray_processes()
 
@@ -129,6 +132,6 @@ def test_code_limit_holds_from_many_callers(callers):
     ]
     results = _run_all(calls)
     slowest = max(seconds for seconds, _ in results)
-    assert slowest <= budget + MARGIN_S, f"a call took {slowest:.1f} s; its limit is {budget} s"
+    assert slowest <= budget + CODE_MARGIN_S, f"a call took {slowest:.1f} s; its limit is {budget} s"
     assert [result["reason"] for _, result in results] == [reason for _, reason in jobs]
     assert_no_stray_processes()
