@@ -110,7 +110,7 @@ def _check(gold: str, pred: str) -> bool | None:
     return decided
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(st.data())
 def test_same_value_in_two_spellings(data):
     terms, gold = data.draw(_value())
@@ -118,7 +118,7 @@ def test_same_value_in_two_spellings(data):
     assert _check(gold, pred) is True, (gold, pred)
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(st.data(), st.sampled_from([Fraction(1), Fraction(-1, 2), Fraction(1, 3), Fraction(5)]))
 def test_different_values(data, change):
     terms, gold = data.draw(_value())
@@ -138,7 +138,7 @@ def _structure(draw):
     return "\\begin{pmatrix} " + " \\\\ ".join(values) + " \\end{pmatrix}"
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(_structure(), _structure())
 def test_tuples_sets_and_matrices(gold, pred):
     _check(gold, pred)
