@@ -255,10 +255,18 @@ class Sandbox:
         self._spare_guard = threading.Lock()
         self._closed = False
         atexit.register(self.close)
+        os.register_at_fork(after_in_child=self._forget_spares)
         _INSTANCES.add(self)
         self._prlimit = shutil.which("prlimit") or "/usr/bin/prlimit"
         if not os.access(self._prlimit, os.X_OK):
             raise SandboxUnavailable("prlimit (util-linux) is missing; run scripts/install_system_deps.sh")
+
+    def _forget_spares(self) -> None:
+        """In a forked child: the spares belong to the parent (their pipes too); start afresh."""
+        self._spares, self._spares_starting, self._starting = {}, {}, {}
+        self._spare_guard = threading.Lock()
+        self._spare_jobs = queue.SimpleQueue()
+        self._launcher = None
 
     # ----------------------------------------------------------------- launching
     def _limits_prefix(self, limits: Limits) -> list[str]:

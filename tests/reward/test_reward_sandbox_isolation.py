@@ -205,3 +205,24 @@ def test_prepared_runs_use_a_fresh_sandbox_each_launched_ahead(sandbox):
     assert not sandbox.spare_pids()
     assert_no_stray_processes()
     assert not sandbox_dirs()
+
+
+def test_a_forked_process_does_not_take_its_parents_spares():
+    """verl may fork reward workers: a child must never write into (or say 'go' to) a sandbox
+    its parent launched ahead; it starts with none of its own."""
+    sandbox = Sandbox(sandbox_module.default_sandbox().level)
+    try:
+        sandbox.run(["python", "-I", "-c", WAIT_FOR_GO], files={"given.txt": b"x"}, limits=PROBE_LIMITS, prepared=True)
+        deadline = time.monotonic() + 20
+        while not sandbox.spare_pids() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        parents = sandbox.spare_pids()
+        assert parents
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if sandbox.spare_pids() == [] and sandbox.spare_workdirs() == [] else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "the child saw its parent's spares"
+        assert sandbox.spare_pids() == parents
+    finally:
+        sandbox.close()
