@@ -25,7 +25,8 @@ class RewardOptions:
         code_mode: ``all_pass`` (1 only when every test passes) or ``fraction`` (pass rate).
         math_timeout_s: hard wall-clock limit of one math answer check, counted from the start
             of the call (waiting for a math-verify worker included).
-        math_workers: math-verify worker processes (default min(4, CPUs)); fixed at first use.
+        math_workers: math-verify worker processes kept (default min(4, CPUs)); fixed at first
+            use.  Under load, up to max(3 x, 8) are forked while needed.
         code_test_timeout_s: wall-clock limit per test (LiveCodeBench uses 6 s).
         code_problem_budget_s: cap on the wall-clock limit for all tests of one problem; default
             ``None``: LiveCodeBench's own, ``(code_test_timeout_s + 1) * tests + 5`` seconds.
