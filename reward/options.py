@@ -37,8 +37,9 @@ class RewardOptions:
         sandbox_fusion_url: base URL of the SandboxFusion server, e.g. ``http://host:8080``.
         sandbox_fusion_concurrency: parallel requests per problem to SandboxFusion.
         call_timeout_s: whole-call bound of one ``compute_score`` call (:mod:`reward.guard`), a
-            last line of defence far above the scorers' own limits; past it the response scores 0
-            with reason ``timeout`` and ``scorer_failed`` = 1.
+            last line of defence; past it the response scores 0 with reason ``timeout`` and
+            ``scorer_failed`` = 1. Default ``None``: the scorer's own limit for the response (the
+            math check's, or the code problem's whole-run limit) plus 60 s.
     """
 
     score_mode: str = "binary"
@@ -52,7 +53,7 @@ class RewardOptions:
     code_backend: str = "local"
     sandbox_fusion_url: str | None = None
     sandbox_fusion_concurrency: int = 4
-    call_timeout_s: float = 600.0
+    call_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         check_score_mode(self.score_mode)
@@ -71,7 +72,7 @@ class RewardOptions:
             "call_timeout_s",
         ):
             value = getattr(self, name)
-            if value is None and name == "code_problem_budget_s":
+            if value is None and name in ("code_problem_budget_s", "call_timeout_s"):
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"reward option {name} must be a positive number, got {value!r}")

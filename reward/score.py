@@ -35,12 +35,15 @@ if __package__ in (None, ""):
 
 from reward import outcome  # noqa: E402
 from reward.guard import INPUT_ERRORS, ScoringDeadlineExceeded, call_with_deadline  # noqa: E402
-from reward.code_tests import CodeLimits, score_code  # noqa: E402
+from reward.code_tests import CodeLimits, parse_ground_truth, score_code  # noqa: E402
 from reward.math_scoring import score_math  # noqa: E402
 from reward.options import RewardOptions  # noqa: E402
 from reward.sources import source_kind  # noqa: E402
 
 logger = logging.getLogger(__name__)
+
+GUARD_MARGIN_S = 60.0
+"""Seconds the whole-call guard waits beyond the scorer's own limit before it steps in."""
 
 
 def compute_score(data_source: str, solution_str: str, ground_truth, extra_info: dict | None = None, **kwargs) -> dict:
@@ -57,8 +60,9 @@ def compute_score(data_source: str, solution_str: str, ground_truth, extra_info:
     kind = source_kind(data_source)
     if not isinstance(solution_str, str):
         raise ValueError(f"solution_str must be the decoded response string, got {type(solution_str).__name__}")
+    deadline_s = call_deadline_s(kind, ground_truth, options)
     try:
-        verdict = call_with_deadline(lambda: score_response(kind, solution_str, ground_truth, options), options.call_timeout_s)
+        verdict = call_with_deadline(lambda: score_response(kind, solution_str, ground_truth, options), deadline_s)
     except INPUT_ERRORS:
         raise  # wrong data or options: to be fixed, not scored
     except ScoringDeadlineExceeded as error:
@@ -70,16 +74,32 @@ def compute_score(data_source: str, solution_str: str, ground_truth, extra_info:
     return outcome.to_reward_dict(verdict, options.score_mode)
 
 
-def score_response(kind: str, solution_str: str, ground_truth, options: RewardOptions) -> outcome.Verdict:
-    """The scorer's verdict on one response (math or code), unguarded."""
-    if kind == "math":
-        return score_math(solution_str, ground_truth, timeout_s=options.math_timeout_s, workers=options.math_workers)
-    limits = CodeLimits(
+def code_limits(options: RewardOptions) -> CodeLimits:
+    return CodeLimits(
         test_timeout_s=options.code_test_timeout_s,
         problem_budget_s=options.code_problem_budget_s,
         memory_mb=options.code_memory_mb,
         output_mb=options.code_output_mb,
     )
+
+
+def call_deadline_s(kind: str, ground_truth, options: RewardOptions) -> float:
+    """The whole-call bound of :mod:`reward.guard`: ``call_timeout_s`` when given, else the
+    scorer's own limit for this response plus :data:`GUARD_MARGIN_S` — the math check's limit, or
+    the problem's whole-run limit (which grows with its number of tests), so the guard never cuts
+    a run its scorer would still finish."""
+    if options.call_timeout_s is not None:
+        return options.call_timeout_s
+    if kind == "math":
+        return options.math_timeout_s + GUARD_MARGIN_S
+    return code_limits(options).run_budget_s(len(parse_ground_truth(ground_truth).tests)) + GUARD_MARGIN_S
+
+
+def score_response(kind: str, solution_str: str, ground_truth, options: RewardOptions) -> outcome.Verdict:
+    """The scorer's verdict on one response (math or code), unguarded."""
+    if kind == "math":
+        return score_math(solution_str, ground_truth, timeout_s=options.math_timeout_s, workers=options.math_workers)
+    limits = code_limits(options)
     if options.code_backend == "local":
         return score_code(solution_str, ground_truth, mode=options.code_mode, limits=limits)
     from reward.sandbox_fusion import score_code_remote

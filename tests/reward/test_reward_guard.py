@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 
@@ -56,3 +57,16 @@ def test_wrong_inputs_still_raise():
 def test_a_healthy_call_reports_no_failure():
     result = score.compute_score("aime25", "so \\boxed{5}", "5")
     assert result["score"] == 1.0 and result["scorer_failed"] == 0.0
+
+
+def test_the_default_bound_follows_the_scorers_own_limit_so_long_code_runs_are_never_cut():
+    from reward.options import RewardOptions
+
+    options = RewardOptions()
+    assert score.call_deadline_s("math", "5", options) == options.math_timeout_s + score.GUARD_MARGIN_S
+    many_tests = json.dumps(
+        {"fn_name": None, "tests": [{"input": "1\n", "output": "1\n", "testtype": "stdin"}] * 120}
+    )
+    # LiveCodeBench's whole-run limit for 120 tests at 6 s: (6 + 1) * 120 + 5 = 845 s
+    assert score.call_deadline_s("code", many_tests, options) == 845.0 + score.GUARD_MARGIN_S
+    assert score.call_deadline_s("code", many_tests, RewardOptions(call_timeout_s=30)) == 30
