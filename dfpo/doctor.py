@@ -146,7 +146,7 @@ def check_gpus(driver: str | None, torch_cuda: str | None, devices: list[str]) -
 
 def check_attention_kernels(version: Callable[[str], str | None] = _version) -> list[Check]:
     """The kernels each recipe family loads; a missing one stops (or slows) that family only."""
-    build = "pip install --no-build-isolation -r requirements-gpu-build.txt (compiles against CUDA; see README)"
+    build = "pip install --no-build-isolation -r requirements-gpu-build.txt (compiles against CUDA; see docs/install.md)"
     checks = []
     flash = version("flash-attn")
     checks.append(
@@ -237,7 +237,7 @@ def check_paths(env: dict[str, str], mounts_text: str | None = None) -> list[Che
             continue
         path = path.replace("~/", f"{home}/", 1) if path.startswith("~/") else path
         if must_exist and not os.path.exists(path):
-            checks.append(Check(knob, FAIL, f"{path} does not exist", "download / prepare it (README) or fix the path"))
+            checks.append(Check(knob, FAIL, f"{path} does not exist", "download / prepare it (docs/recipes.md, docs/data.md) or fix the path"))
             continue
         fs_type = filesystem_type(_existing_parent(path), mounts_text)
         where = f"{path} on {fs_type or 'an unknown filesystem'}"

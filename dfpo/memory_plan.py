@@ -4,7 +4,7 @@
 
 Standard library only, and run as a file (not ``-m``), so that ``DRY_RUN`` stays instant. The
 numbers are estimates from the model's shape and the recipe's settings, not measurements; their
-assumptions (README, "Memory plan"):
+assumptions (docs/recipes.md, "Memory plan"):
 
 * FSDP shards the fp32 master parameters (4 B/param), gradients (4 B) and Adam's two moments (8 B)
   over all ``nnodes × gpus_per_node`` ranks; with ``param_offload`` / ``optimizer_offload`` they
@@ -184,7 +184,7 @@ def model_shape(name: str, model_path: str | None) -> ModelShape:
 
 
 def render(name: str, phases: dict[str, dict[str, float]], gpu_memory_gb: float) -> str:
-    lines = [f"memory plan per GPU for {name} (estimates; assumptions: README, 'Memory plan'):"]
+    lines = [f"memory plan per GPU for {name} (estimates; assumptions: docs/recipes.md, 'Memory plan'):"]
     for phase, parts in phases.items():
         total = sum(parts.values())
         detail = ", ".join(f"{k} {v:.1f}" for k, v in parts.items() if v > 0.05)

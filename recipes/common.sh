@@ -341,7 +341,7 @@ dfpo_launch() {
 
     # ---- the overrides -------------------------------------------------------------------------
     local overrides=(
-        # data (prepared by data_prep; see the README's data section)
+        # data (prepared by data_prep; see docs/data.md)
         "data.train_files=$(dfpo_hydra_list "${train_files[@]}")"
         "data.val_files=$(dfpo_hydra_list "${val_files[@]}")"
         data.prompt_key=prompt
@@ -476,10 +476,10 @@ dfpo_launch() {
         dfpo_model_prepare
     fi
     local file
-    dfpo_check_local_path "MODEL_PATH" "$model_path" "Download the checkpoint first (see recipes in the README)."
+    dfpo_check_local_path "MODEL_PATH" "$model_path" "Download the checkpoint first (see docs/recipes.md)."
     for file in "${train_files[@]}" "${val_files[@]}"; do
         dfpo_check_local_path "data file" "$file" \
-            "Prepare it with data_prep (README, 'Preparing the data') or set DATA_DIR / TRAIN_FILES / VAL_FILES."
+            "Prepare it with data_prep (docs/data.md) or set DATA_DIR / TRAIN_FILES / VAL_FILES."
     done
 
     if dfpo_is_true "${DRY_RUN:-0}"; then

@@ -10,7 +10,7 @@
 # OUTPUT_ROOT (default ~/dfpo_gpu_smoke): data, checkpoints, logs and the evaluation go there; each
 # run starts afresh. PYTHON: the GPU environment's interpreter (default python3). The task is the
 # toy arithmetic set of the CPU recipes (built by data_prep, no download); the training run is
-# recipes/run_dfpo_min_replace_qwen3_0p6b.sh. What it verifies that no CPU test can: README,
+# recipes/run_dfpo_min_replace_qwen3_0p6b.sh. What it verifies that no CPU test can: docs/recipes.md,
 # "What to verify on the first GPU run".
 set -uo pipefail
 

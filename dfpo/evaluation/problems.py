@@ -77,7 +77,7 @@ def load_problems(path: str | Path, limit: int | None = None) -> list[EvalProble
     if not path.is_file():
         raise FileNotFoundError(
             f"evaluation data {path} does not exist; prepare it with the data_prep commands "
-            "(see the README) or pass --data with a verl RL parquet"
+            "(see docs/data.md) or pass --data with a verl RL parquet"
         )
     frame = pd.read_parquet(path)
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]

@@ -1,7 +1,7 @@
 # shellcheck shell=bash disable=SC2034  # the variables are read by recipes/common.sh
 # Qwen3-32B (dense, 64 layers, hybrid thinking model; thinking on), sourced by recipes/run_*_qwen3_32b.sh.
 # Every value is ours (the paper does not publish its hyper-parameters) and only fills in what you
-# have not exported; see the README's recipe section for the reasoning.
+# have not exported; see docs/recipes.md ("Per-model notes") for the reasoning.
 MODEL_NAME=qwen3_32b
 
 : "${NNODES:=4}"                      # 4 nodes x 8 GPUs (80 GB class)

@@ -15,7 +15,7 @@ repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 recipe="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
 shift
 
-# the recipe's knobs (README, "Knobs") and the Hugging Face cache, as exported here
+# the recipe's knobs (docs/recipes.md, "Knobs") and the Hugging Face cache, as exported here
 knob_pattern='^(MODEL_PATH|DATA_DIR|TRAIN_FILES|VAL_FILES|NNODES|GPUS_PER_NODE|GROUP_SIZE|TRAIN_BATCH_SIZE|PPO_.*|TOTAL_.*|LR|LR_WARMUP_STEPS|WEIGHT_DECAY|GRAD_CLIP|MAX_.*|TEMPERATURE|TOP_P|TOP_K|VAL_.*|SP_SIZE|USE_.*|LOG_PROB_.*|PARAM_OFFLOAD|OPTIMIZER_OFFLOAD|FSDP_SIZE|ACTOR_.*|GRADIENT_CHECKPOINTING|ROLLOUT_.*|GPU_MEMORY_UTILIZATION|KL_LOSS_COEF|ENTROPY_COEFF|REWARD_.*|CODE_BACKEND|SANDBOX_FUSION_URL|SEED|PROJECT_NAME|EXPERIMENT_NAME|OUTPUT_ROOT|CKPT_DIR|LOG_DIR|LOGGER|SAVE_FREQ|TEST_FREQ|VAL_BEFORE_TRAIN|RESUME_MODE|ALLOW_LOCAL_CHECKPOINTS|PYTHON|GPT_OSS_.*|HF_HOME|HF_HUB_OFFLINE)$'
 env_json="$("${PYTHON:-python3}" - "$knob_pattern" <<'PY'
 import json, os, re, sys

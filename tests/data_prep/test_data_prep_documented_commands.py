@@ -1,5 +1,5 @@
-"""The commands documented in ``data_prep.math`` / ``data_prep.code`` (and copied to the
-README) run as written, with the Hugging Face hub replaced by the committed fixtures, and
+"""The commands documented in ``data_prep.math`` / ``data_prep.code`` (and copied to
+docs/data.md) run as written, with the Hugging Face hub replaced by the committed fixtures, and
 write the files the recipes read."""
 
 from __future__ import annotations

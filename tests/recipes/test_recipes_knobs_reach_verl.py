@@ -1,4 +1,4 @@
-"""Every knob the README documents reaches a key that verl 0.9.1's V1 engine path reads, and no
+"""Every knob docs/recipes.md documents reaches a key that verl 0.9.1's V1 engine path reads, and no
 recipe sets a key that nothing reads.
 
 ``tests/recipes/verl_readers.py`` lists, per config key, the line of the installed verl (or of this
@@ -9,7 +9,7 @@ line runs at all. Three checks:
 * every key a recipe sets is listed, and its reader's condition holds in that recipe's config
   (``actor.grad_clip`` has no reader: the engine clips with ``optim.clip_grad``; the KL and
   reference keys are read only with ``use_kl_loss``);
-* for every knob in the README's table, exporting a different value changes the resolved value of
+* for every knob in the table of docs/recipes.md ("Knobs"), exporting a different value changes the resolved value of
   at least one listed key whose reader runs.
 """
 
@@ -30,7 +30,7 @@ from tests.recipes.verl_readers import READERS, reader_of
 
 SCRIPT = "run_dfpo_min_replace_qwen3_32b.sh"
 
-# A changed value for every knob of the README's table, with the setting it needs to act at all.
+# A changed value for every knob of the table in docs/recipes.md, with the setting it needs to act at all.
 KNOB_VALUES: dict[str, tuple[str, dict[str, str]]] = {
     "MODEL_PATH": ("/nonexistent/other-model", {}),
     "DATA_DIR": ("/nonexistent/other-data", {}),
@@ -107,9 +107,9 @@ LAUNCHER_KNOBS = {
 
 
 def readme_knobs() -> list[str]:
-    """The variables named in the first column of the README's knob table."""
-    text = (REPO_ROOT / "README.md").read_text()
-    section = text.split("### Knobs", 1)[1].split("\n### ", 1)[0]
+    """The variables named in the first column of the knob table (docs/recipes.md, "Knobs")."""
+    text = (REPO_ROOT / "docs" / "recipes.md").read_text()
+    section = text.split("\n## Knobs\n", 1)[1].split("\n## ", 1)[0]
     names = []
     for line in section.splitlines():
         if line.startswith("| `"):
@@ -168,7 +168,7 @@ def test_every_reader_line_is_in_the_installed_source():
 
 def test_the_knob_table_and_this_test_list_the_same_knobs():
     documented = readme_knobs()
-    assert len(documented) == len(set(documented)), "a knob appears twice in the README's table"
+    assert len(documented) == len(set(documented)), "a knob appears twice in the table of docs/recipes.md"
     assert set(documented) == set(KNOB_VALUES) | set(LAUNCHER_KNOBS)
 
 

@@ -172,7 +172,7 @@ README_OVERRIDES = [
 
 
 def test_readme_overrides_compose_with_verls_config():
-    """The Hydra overrides the README gives compose with verl 0.9.1's ppo_trainer config
+    """The Hydra overrides docs/rewards.md gives compose with verl 0.9.1's ppo_trainer config
     and produce a working reward function (signed scores)."""
     from hydra import compose, initialize_config_module
     from verl.trainer.ppo.reward import get_custom_reward_fn
