@@ -1,4 +1,5 @@
-"""Every command, module and path the README names exists; its Hydra overrides compose with verl."""
+"""Every command, module, path and link that the README and the docs/ pages name exists; the
+README's Hydra overrides (and the docs') compose with verl."""
 
 from __future__ import annotations
 
@@ -13,28 +14,84 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 CODE_BLOCKS = re.findall(r"```(?:bash|python)?\n(.*?)```", README, flags=re.S)
 REPO_DIRS = ("dfpo", "reward", "data_prep", "recipes", "scripts", "tests", "docs", ".ci")
 PATH_RE = re.compile(r"(?<![\w$/.~-])((?:%s)/[\w./*-]*[\w*])" % "|".join(re.escape(d) for d in REPO_DIRS))
+# the front page and every reference page: each check below runs over all of them
+DOCS = ["README.md"] + sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))
+LINK_RE = re.compile(r"\]\(([^)\s]+)\)")
 
 
-def _paths() -> list[str]:
-    found = set(PATH_RE.findall(README))
-    found |= set(re.findall(r"\((\w[\w-]*\.md)\)", README))
-    found |= {p for p in ("requirements.txt", "requirements-cpu.txt", "pyproject.toml") if p in README}
+def _text(doc: str) -> str:
+    return (ROOT / doc).read_text(encoding="utf-8")
+
+
+def _code_blocks(doc: str) -> list[str]:
+    return re.findall(r"```(?:bash|python)?\n(.*?)```", _text(doc), flags=re.S)
+
+
+def _cases(find) -> list:
+    return [pytest.param(doc, item, id=f"{doc}:{item}") for doc in DOCS for item in find(doc)]
+
+
+def _paths(doc: str) -> list[str]:
+    text = _text(doc)
+    found = set(PATH_RE.findall(text))
+    found |= {p for p in ("requirements.txt", "requirements-cpu.txt", "pyproject.toml") if p in text}
     return sorted(found)
 
 
-@pytest.mark.parametrize("path", _paths())
-def test_named_paths_exist(path):
+@pytest.mark.parametrize(("doc", "path"), _cases(_paths))
+def test_named_paths_exist(doc, path):
     matches = list(ROOT.glob(path)) if "*" in path else [ROOT / path]
-    assert matches and all(m.exists() for m in matches), f"README names {path}, which does not exist"
+    assert matches and all(m.exists() for m in matches), f"{doc} names {path}, which does not exist"
 
 
-def _modules() -> list[str]:
-    return sorted(set(re.findall(r"python3? -m ([\w.]+)", README)) - {"pip", "pytest"})
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: inline markup dropped, lower case, punctuation removed, spaces to '-'."""
+    text = re.sub(r"[`*]", "", heading.strip()).lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 
-@pytest.mark.parametrize("module", _modules())
-def test_python_modules_exist(module):
-    assert importlib.util.find_spec(module) is not None, f"README runs `python -m {module}`, which is not importable"
+def _anchors(doc: str) -> set[str]:
+    anchors, in_code = set(), False
+    for line in _text(doc).splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        elif not in_code and re.match(r"#{1,6} ", line):
+            anchors.add(_slug(line.lstrip("#")))
+    return anchors
+
+
+def _links(doc: str) -> list[str]:
+    return sorted({link for link in LINK_RE.findall(_text(doc)) if not re.match(r"[a-z]+:", link)})
+
+
+@pytest.mark.parametrize(("doc", "link"), _cases(_links))
+def test_links_resolve_to_files_and_headings(doc, link):
+    target, _, anchor = link.partition("#")
+    path = (ROOT / doc).parent / target if target else ROOT / doc
+    assert path.exists(), f"{doc} links to {target}, which does not exist"
+    if anchor and path.suffix == ".md":
+        assert anchor in _anchors(path.relative_to(ROOT).as_posix()), f"{doc} links to {link}: no such heading"
+
+
+def _modules(doc: str) -> list[str]:
+    return sorted(set(re.findall(r"python3? -m ([\w.]+)", _text(doc))) - {"pip", "pytest"})
+
+
+@pytest.mark.parametrize(("doc", "module"), _cases(_modules))
+def test_python_modules_exist(doc, module):
+    assert importlib.util.find_spec(module) is not None, f"{doc} runs `python -m {module}`, which is not importable"
+
+
+def test_readme_is_a_front_page_that_links_every_docs_page():
+    assert len(README.splitlines()) < 250
+    for doc in DOCS[1:]:
+        assert f"]({doc})" in README, f"README does not link {doc}"
+
+
+@pytest.mark.parametrize("doc", DOCS[1:])
+def test_each_docs_page_opens_with_when_you_need_it(doc):
+    paragraphs = [p for p in _text(doc).split("\n\n") if p.strip()]
+    assert paragraphs[0].startswith("# ") and paragraphs[1].startswith("**When you need this:**"), doc
 
 
 def test_first_two_commands_are_the_main_job_and_the_tests_and_ci_runs_the_test_command():
@@ -52,12 +109,14 @@ def test_first_two_commands_are_the_main_job_and_the_tests_and_ci_runs_the_test_
 
 def _dfpo_main_overrides() -> list[list[str]]:
     commands = []
-    for block in CODE_BLOCKS:
+    for block in [block for doc in DOCS for block in _code_blocks(doc)]:
         joined = block.replace("\\\n", " ")
         for line in joined.splitlines():
             if "python -m dfpo.main" in line:
                 tokens = line.split("python -m dfpo.main", 1)[1].split()
-                commands.append([t.replace("$HOME", "/home/user").replace("$PWD", str(ROOT)) for t in tokens if "=" in t])
+                command = [t.replace("$HOME", "/home/user").replace("$PWD", str(ROOT)) for t in tokens if "=" in t]
+                if command not in commands:  # the same example on two pages composes once
+                    commands.append(command)
     return commands
 
 
