@@ -34,7 +34,7 @@ class RewardOptions:
         code_memory_mb: address-space limit per sandboxed process.
         code_output_mb: largest output one test may write.
         code_backend: ``local`` (this machine's sandbox) or ``sandbox_fusion`` (HTTP server).
-        sandbox_fusion_url: base URL of the SandboxFusion server, e.g. ``http://host:8080``.
+        sandbox_fusion_url: the SandboxFusion server's ``run_code`` endpoint, e.g. ``http://host:8080/run_code``.
         sandbox_fusion_concurrency: parallel requests per problem to SandboxFusion.
         call_timeout_s: whole-call bound of one ``compute_score`` call (:mod:`reward.guard`), a
             last line of defence; past it the response scores 0 with reason ``timeout`` and
@@ -62,7 +62,7 @@ class RewardOptions:
         if self.code_backend not in CODE_BACKENDS:
             raise ValueError(f"code_backend={self.code_backend!r} is not supported; use one of {CODE_BACKENDS}")
         if self.code_backend == "sandbox_fusion" and not self.sandbox_fusion_url:
-            raise ValueError("code_backend='sandbox_fusion' needs sandbox_fusion_url (e.g. http://host:8080)")
+            raise ValueError("code_backend='sandbox_fusion' needs sandbox_fusion_url (e.g. http://host:8080/run_code)")
         for name in (
             "math_timeout_s",
             "code_test_timeout_s",

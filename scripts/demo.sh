@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The learning tax on a CPU in a few minutes: the README's first command.
+# The learning tax on a CPU in a few minutes: the README's second example (docs/cpu.md).
 #   bash scripts/demo.sh                 # default run (about 1-3 minutes on 2 cores after set-up)
 #   bash scripts/demo.sh --help          # every option; e.g. --seed 3, --optimizer adamw, --out DIR
 # On a fresh machine scripts/setup_env.sh first creates .venv and installs the pinned CPU

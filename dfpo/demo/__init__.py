@@ -1,4 +1,4 @@
-"""CPU demonstration of the learning tax (``python -m dfpo.demo``; the README's first command).
+"""CPU demonstration of the learning tax (``python -m dfpo.demo``; the README's second example).
 
 A tiny Qwen3 causal LM built in code learns a toy question-answering task with group-relative
 RL. Every response begins with the same template header, so within a group the header
