@@ -93,11 +93,15 @@ def test_dfpo_run_logs_every_step_with_learning_signal(dfpo_run, output_root):
 
 
 def test_dfpo_run_cancels_the_drift_exactly(dfpo_run, output_root):
-    for step in _training_steps(_dfpo_log(output_root)):
-        metrics = _dfpo_log(output_root)[step]
+    steps = _dfpo_log(output_root)
+    for step in _training_steps(steps):
+        metrics = steps[step]
         assert any(key.startswith("actor/dfpo/") for key in metrics)
         assert metrics["actor/dfpo/cancellation_residual_after"] < 1e-6, step
-        assert metrics["actor/dfpo/cancellation_residual_before"] > metrics["actor/dfpo/cancellation_residual_after"], step
+        # a step whose groups all have equal rewards has nothing to cancel (both residuals 0)
+        assert metrics["actor/dfpo/cancellation_residual_before"] >= metrics["actor/dfpo/cancellation_residual_after"], step
+    # step 1 has mixed rewards (see above), so GSPO's weights leave a residual the transform removes
+    assert steps[1]["actor/dfpo/cancellation_residual_before"] > 1e-4
 
 
 def test_rollout_log_probs_match_the_actor_after_weight_sync(dfpo_run, output_root):
