@@ -33,7 +33,7 @@ OUTPUT_ROOT="$(dfpo_expand_home "$OUTPUT_ROOT")"
 : "${ROLLOUT_GPUS_PER_NODE:=1}"       # TRAINER_MODE=separate_async: CPU ranks of its own rollout
 : "${CHECKPOINT_ENGINE:=local}"       # separate_async's weight sync over gloo (dfpo/local/checkpoint_engine.py)
 : "${REWARD_NUM_WORKERS:=1}"
-: "${LR:=1e-3}"                      # see docs/cpu.md: 5e-4 learned nothing visible in 8 steps; 1e-3 sometimes breaks the format
+: "${LR:=1e-3}"                      # see docs/cpu.md: 5e-4 learned nothing visible in 6 steps; 1e-3 sometimes breaks the format
 : "${LR_WARMUP_STEPS:=0}"
 : "${WEIGHT_DECAY:=0.0}"
 : "${TOTAL_TRAINING_STEPS:=10}"
