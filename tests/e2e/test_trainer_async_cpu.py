@@ -58,7 +58,10 @@ def _check_dfpo_steps(steps: dict[int, dict], expected: list[int]) -> None:
     for step in expected:
         metrics = steps[step]
         assert metrics["actor/dfpo/cancellation_residual_after"] < 1e-6, step
-        assert metrics["actor/grad_norm"] > 0.0, step
+        # a step whose groups all have equal rewards (the tiny model's format can break after a
+        # step or two) has zero advantages and a zero gradient; step 1 always has mixed rewards
+        if step == expected[0] or metrics["actor/dfpo/cancellation_residual_before"] > 0.0:
+            assert metrics["actor/grad_norm"] > 0.0, step
         for key in ("dfpo/staleness/policy_lag_mean", "dfpo/staleness/policy_lag_max", "actor/dfpo/staleness/rollout_ratio_spread"):
             assert key in metrics, (step, key)
 
