@@ -94,7 +94,8 @@ def test_hostile_math_input_scores_zero_in_bounded_time(name):
         assert result["reason"] == "timeout"
     else:
         assert result["reason"] in ("timeout", "wrong_answer", "no_answer")
-    assert len(pool.worker_pids()) <= pool.size
+    # extra workers started while the pool was busy (up to max_size) retire after RETIRE_IDLE_S
+    assert len(pool.worker_pids()) <= pool.max_size
     # the pool still works after killing workers
     assert compute_score("hmmt25", "\\boxed{\\sqrt{8}}", "2\\sqrt{2}", math_timeout_s=10)["acc"] == 1.0
     assert_no_stray_processes()
