@@ -14,14 +14,7 @@ import torch
 from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est, register_policy_loss
 
 from dfpo.advantage import dfpo_advantage_estimator
-from dfpo.group_statistics import (
-    compute_group_weights,
-    group_weight_metrics,
-    row_statistics_from_sums,
-    sequence_advantages,
-    token_sums,
-)
-from dfpo.loss import dfpo_loss_from_group_weights
+from dfpo.loss import compute_dfpo_loss
 from dfpo.loss_config import dfpo_options
 from dfpo.micro_batch_groups import current_micro_batch_groups
 from dfpo.transforms import compact_group_index, group_sum
@@ -68,32 +61,28 @@ def compute_policy_loss_dfpo(
     info = dict(getattr(config, "global_batch_info", None) or {})
     dp_size = int(info.get("dp_size") or 1)
     num_sequences = info.get("global_batch_size")
-    if num_sequences is None:
-        if dp_size > 1:
-            raise ValueError("dfpo: global_batch_info['global_batch_size'] is required when dp_size > 1")
-        num_sequences = max(int(mask.any(dim=-1).sum()), 1)
+    if num_sequences is None and dp_size > 1:
+        raise ValueError("dfpo: global_batch_info['global_batch_size'] is required when dp_size > 1")
     prefix_len = groups.prefix_len if options.dfpo_scope == "shared_prefix" else None
     if options.dfpo_scope == "shared_prefix" and prefix_len is None:
         raise RuntimeError("dfpo: scope=shared_prefix needs the per-row common-prefix lengths (`dfpo_prefix_len`).")
-
-    metrics: dict[str, Any] = {}
-    sums = token_sums(log_prob, old_log_prob, mask, rollout_is_weights, prefix_len)
     if groups.group_weights is None:
-        rows = row_statistics_from_sums(sums, advantages, mask, groups.group_index)
-        _check_whole_groups(groups.group_index, rows.valid, int(config.rollout_n))
-        group_weights = compute_group_weights(rows, options.dfpo_transform, options.dfpo_scale, options.dfpo_stop_grad)
-        metrics.update(group_weight_metrics(rows, group_weights))
-        seq_adv = rows.advantage
-    else:
-        group_weights = groups.group_weights
-        seq_adv = sequence_advantages(advantages, mask)
-    loss = dfpo_loss_from_group_weights(
-        sums,
-        seq_adv,
-        group_weights,
-        num_sequences=float(num_sequences),
+        _check_whole_groups(groups.group_index, mask.any(dim=-1), int(config.rollout_n))
+    loss, metrics = compute_dfpo_loss(
+        old_log_prob,
+        log_prob,
+        advantages,
+        mask,
+        groups.group_index,
+        transform=options.dfpo_transform,
+        scope=options.dfpo_scope,
+        stop_grad=options.dfpo_stop_grad,
+        scale=options.dfpo_scale,
+        rollout_is_weights=rollout_is_weights,
+        num_sequences=None if num_sequences is None else float(num_sequences),
+        group_weights=groups.group_weights,
+        prefix_len=prefix_len,
         dp_size=dp_size,
-        dtype=torch.promote_types(log_prob.dtype, torch.float32),
     )
     with torch.no_grad():
         negative_approx_kl = (log_prob - old_log_prob).masked_fill(~mask, 0.0)
