@@ -20,17 +20,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from dfpo.group_ids import group_ids
 from dfpo.transforms import compact_group_index, group_sum
 
 ADVANTAGE_EPSILON = 1e-6
 """ε in the std normalisation (verl's grpo default)."""
-
-
-def group_ids_from_uids(index: Any) -> torch.Tensor:
-    """verl's ``uid`` array (strings or ints, one per response) as a (B,) LongTensor of group ids."""
-    values = list(index.tolist() if isinstance(index, np.ndarray) else index)
-    lookup: dict[Any, int] = {}
-    return torch.tensor([lookup.setdefault(v, len(lookup)) for v in values], dtype=torch.long)
 
 
 def compute_dfpo_outcome_advantage(
@@ -52,7 +46,7 @@ def compute_dfpo_outcome_advantage(
     mask = response_mask.to(torch.bool)
     valid = mask.any(dim=-1)
     rewards = token_level_rewards.to(torch.float64).sum(dim=-1)
-    ids, num_groups = compact_group_index(group_ids_from_uids(index).to(device))
+    ids, num_groups = compact_group_index(group_ids(index.tolist() if isinstance(index, np.ndarray) else index).to(device))
     count = group_sum(valid.to(torch.float64), ids, num_groups)
     mean = group_sum(torch.where(valid, rewards, 0.0), ids, num_groups) / count.clamp(min=1.0)
     centred = torch.where(valid, rewards - mean[ids], torch.zeros_like(rewards))

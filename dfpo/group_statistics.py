@@ -126,27 +126,6 @@ def token_sums(
     return TokenSums(delta_sum, grad_all, grad_in, mass_all, mass_in, length)
 
 
-def shared_prefix_lengths(responses: torch.Tensor, response_mask: torch.Tensor, group_index: torch.Tensor) -> torch.Tensor:
-    """P_g for each row: the length of its group's longest common response prefix (long, (B,)).
-
-    The common prefix of all valid members equals min_i LCP(y_first, y_i), where y_first is the
-    group's first valid member. Padding rows get 0 and do not shorten their group's prefix.
-    """
-    mask = response_mask.to(torch.bool)
-    valid = mask.any(dim=-1)
-    ids, num_groups = compact_group_index(group_index)
-    rows = torch.arange(responses.shape[0], device=responses.device)
-    big = responses.shape[0]
-    first = torch.full((num_groups,), big, dtype=torch.long, device=responses.device)
-    first = first.scatter_reduce(0, ids, torch.where(valid, rows, torch.full_like(rows, big)), reduce="amin")
-    ref_row = first[ids].clamp(max=big - 1)
-    same = (responses == responses[ref_row]) & mask & mask[ref_row]
-    lcp = torch.cumprod(same.to(torch.long), dim=-1).sum(dim=-1)
-    prefix = torch.full((num_groups,), responses.shape[-1], dtype=torch.long, device=responses.device)
-    prefix = prefix.scatter_reduce(0, ids, torch.where(valid, lcp, torch.full_like(lcp, responses.shape[-1])), reduce="amin")
-    return torch.where(valid, prefix[ids], torch.zeros_like(lcp))
-
-
 @dataclass(frozen=True)
 class RowStatistics:
     """What the group step needs of each response: scalars, cheap to gather across ranks.

@@ -30,9 +30,9 @@ from dfpo.group_statistics import (
     row_statistics_from_sums,
     sequence_advantages,
     sequence_weights,
-    shared_prefix_lengths,
     token_sums,
 )
+from dfpo.shared_prefix import shared_prefix_lengths
 from dfpo.transforms import check_transform
 
 
@@ -123,7 +123,7 @@ def compute_dfpo_loss(
     if scope == "shared_prefix" and prefix_len is None:
         if responses is None:
             raise ValueError('scope="shared_prefix" needs `responses` (the response token ids) to find each group\'s common prefix.')
-        prefix_len = shared_prefix_lengths(responses, response_mask, group_index)
+        prefix_len = shared_prefix_lengths(group_index, responses, response_mask, across_ranks=False).to(log_prob.device)
     if scope == "all":
         prefix_len = None
 

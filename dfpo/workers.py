@@ -28,7 +28,7 @@ from dfpo.group_ids import group_ids
 from dfpo.group_prepass import StepRows, exact_group_weights
 from dfpo.learning_tax import LearningTaxRecorder
 from dfpo.loss_config import DFPOPolicyLossConfig
-from dfpo.shared_prefix import shared_prefix_lengths_across_ranks
+from dfpo.shared_prefix import shared_prefix_lengths
 from dfpo.staleness import rollout_ratio_spread
 from dfpo.verl_loss_fn import (
     GRAD_COEF_FIELD,
@@ -139,7 +139,7 @@ class DFPOTrainingWorker(TrainingWorker):
                 fields.append(optional)
         padded = data.select(*fields).to_padded_tensor()
         mask = padded["response_mask"].to(torch.bool)
-        prefix = shared_prefix_lengths_across_ranks(gid, padded["responses"], mask, dp_group)
+        prefix = shared_prefix_lengths(gid, padded["responses"], mask, dp_group)
         data[GROUP_ID_FIELD] = gid
         data[PREFIX_LEN_FIELD] = prefix
         data[ROW_ID_FIELD] = torch.arange(len(gid))

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from dfpo import compute_dfpo_loss
-from dfpo.group_statistics import RowStatistics, compute_group_weights, row_statistics, shared_prefix_lengths
+from dfpo.group_statistics import RowStatistics, compute_group_weights, row_statistics
+from dfpo.shared_prefix import shared_prefix_lengths
 from tests.dfpo.batches import random_batch
 from tests.dfpo.reference import reference_dfpo_loss, reference_prefix_lengths
 
@@ -61,7 +62,7 @@ def test_gradient_is_the_stop_grad_linear_estimator():
 @pytest.mark.parametrize("seed", range(8))
 def test_shared_prefix_lengths_match_reference(seed):
     b = random_batch(seed)
-    got = shared_prefix_lengths(b.responses, b.response_mask, b.group_index)
+    got = shared_prefix_lengths(b.group_index, b.responses, b.response_mask)
     ref = reference_prefix_lengths(b.responses, b.response_mask, b.group_index)
     for i in range(len(got)):
         if b.response_mask[i].sum() > 0:
@@ -96,7 +97,7 @@ def test_loss_in_parts_with_shared_group_statistics_equals_whole(transform, scop
     whole, _ = compute_dfpo_loss(b.old_log_prob, b.log_prob, b.advantages, b.response_mask, b.group_index, **kw)
     g_whole = _grad(whole, b.log_prob)
 
-    prefix = shared_prefix_lengths(b.responses, b.response_mask, b.group_index) if scope == "shared_prefix" else None
+    prefix = shared_prefix_lengths(b.group_index, b.responses, b.response_mask) if scope == "shared_prefix" else None
     rows = row_statistics(b.log_prob, b.old_log_prob, b.advantages, b.response_mask, b.group_index, prefix, is_w)
     gw = compute_group_weights(rows, transform, 0.5, stop_grad)
     n = int(rows.valid.sum())

@@ -1,4 +1,4 @@
-"""The rank-split common-prefix protocol equals the single-process computation (gloo, 3 ranks)."""
+"""The rank-split common-prefix protocol equals the plain-loop reference (gloo, 3 ranks; one process)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from dfpo.group_statistics import shared_prefix_lengths
-from dfpo.shared_prefix import shared_prefix_lengths_across_ranks
+from dfpo.shared_prefix import shared_prefix_lengths
 from tests.dfpo.batches import random_batch
+from tests.dfpo.reference import reference_prefix_lengths
 
 
 def _free_port() -> int:
@@ -27,7 +27,7 @@ def _worker(rank, world, port, seed, queue):
         b = random_batch(seed)
         shards = torch.arange(b.responses.shape[0]).tensor_split(world)
         idx = shards[rank]
-        out = shared_prefix_lengths_across_ranks(b.group_index[idx], b.responses[idx], b.response_mask[idx], None)
+        out = shared_prefix_lengths(b.group_index[idx], b.responses[idx], b.response_mask[idx], None)
         queue.put((rank, idx.tolist(), out.tolist()))
     finally:
         dist.destroy_process_group()
@@ -46,14 +46,22 @@ def test_matches_single_process_over_three_gloo_ranks():
             p.join(timeout=60)
             assert p.exitcode == 0
         b = random_batch(seed)
-        expected = shared_prefix_lengths(b.responses, b.response_mask, b.group_index)
+        expected = _expected(b)
         got = torch.zeros_like(expected)
         for _, idx, out in results:
             got[idx] = torch.tensor(out)
         assert got.tolist() == expected.tolist()
 
 
-def test_single_process_fallback():
-    b = random_batch(5)
-    got = shared_prefix_lengths_across_ranks(b.group_index, b.responses, b.response_mask)
-    assert got.tolist() == shared_prefix_lengths(b.responses, b.response_mask, b.group_index).tolist()
+def _expected(b) -> torch.Tensor:
+    """The reference P_g of each row's group (0 for padding rows)."""
+    ref = reference_prefix_lengths(b.responses, b.response_mask, b.group_index)
+    return torch.tensor([ref[int(g)] if bool(m.any()) else 0 for g, m in zip(b.group_index, b.response_mask)])
+
+
+def test_this_batch_only():
+    """``across_ranks=False`` (compute_dfpo_loss's batch of whole groups) runs no collective."""
+    for seed in range(8):
+        b = random_batch(seed)
+        got = shared_prefix_lengths(b.group_index, b.responses, b.response_mask, across_ranks=False)
+        assert got.tolist() == _expected(b).tolist()

@@ -19,8 +19,9 @@ import pytest
 import torch
 
 from dfpo.group_ids import group_ids
-from dfpo.group_statistics import compute_group_weights, row_statistics, shared_prefix_lengths
+from dfpo.group_statistics import compute_group_weights, row_statistics
 from dfpo.loss import compute_dfpo_loss
+from dfpo.shared_prefix import shared_prefix_lengths
 from tests.integration import cpu_verl_harness as h
 
 pytestmark = pytest.mark.slow
@@ -93,7 +94,7 @@ def reference_update(tmp_path, batch, overrides, world_size):
     old = h.padded_response_field(batch, "old_log_probs")
     adv = h.padded_response_field(batch, "advantages")
     mask = h.padded_response_field(batch, "response_mask").to(torch.bool)
-    prefix = shared_prefix_lengths(h.padded_response_field(batch, "responses"), mask, gid)
+    prefix = shared_prefix_lengths(gid, h.padded_response_field(batch, "responses"), mask)
     is_w = h.padded_response_field(batch, "rollout_is_weights") if "rollout_is_weights" in batch.keys() else None
     scope_prefix = prefix if options.dfpo_scope == "shared_prefix" else None
     for k, rows in enumerate(steps):
