@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the system packages the code-reward sandbox uses (Debian/Ubuntu), idempotently.
 #
-#   bubblewrap  -> /usr/bin/bwrap            (strongest isolation level, see reward/sandbox.py)
+#   bubblewrap  -> /usr/bin/bwrap            (strongest isolation level, see reward/sandbox/)
 #   util-linux  -> prlimit, unshare, setpriv (resource limits; the "unshare" fallback level)
 #   python3     -> /usr/bin/python3          (an interpreter the unprivileged sandbox user can run)
 #
