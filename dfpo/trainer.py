@@ -18,7 +18,7 @@ changes, all through subclassing:
   before each update; in ``separate_async`` only for the first of the ``parameter_sync_step``
   local updates of a sync cycle — the later ones get log π_old of the weights saved at the first
   (Decoupled PPO), while the parameters have moved; bypass mode (old = rollout log-probs) never.
-  The worker also checks the batch itself (:func:`dfpo.workers.old_log_probs_recomputed`).
+  The worker asserts the flag against the batch (:func:`dfpo.workers.check_old_log_probs_at_step_params`).
 
 Every step also logs ``dfpo/staleness/...`` (:mod:`dfpo.staleness`).
 """

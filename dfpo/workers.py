@@ -41,9 +41,10 @@ from dfpo.verl_loss_fn import (
 
 ROW_ID_FIELD = "dfpo_row_id"
 # Set by dfpo's trainers (dfpo/trainer.py) in update_actor's meta: whether the trainer's old
-# log-probs are log π at the parameters this update starts from. False in bypass mode and in the
-# separate-async trainer's local updates after the first (old log-probs from the weights of its
-# last parameter sync). Without it the worker decides from the batch alone.
+# log-probs are log π at the parameters this update starts from — the one source of that fact.
+# False in bypass mode and in the separate-async trainer's local updates after the first (old
+# log-probs from the weights of its last parameter sync). Absent (update_actor called directly,
+# not through dfpo's trainers): taken as true, i.e. the caller computed them with the actor.
 OLD_LOG_PROBS_AT_STEP_PARAMS = "dfpo_old_log_probs_at_step_params"
 
 
@@ -85,27 +86,25 @@ def _prefix_metrics(rows: StepRows, dp_group) -> dict[str, float]:
     }
 
 
-def old_log_probs_recomputed(old_log_probs, rollout_log_probs, mask, dp_group=None) -> bool:
-    """Whether the step's old log-probs were recomputed by the actor at the step's parameters.
+def check_old_log_probs_at_step_params(old_log_probs, rollout_log_probs, mask) -> None:
+    """Assert what :data:`OLD_LOG_PROBS_AT_STEP_PARAMS` = true claims, as far as this rank's batch shows.
 
-    verl 0.9.1's V1 trainer decides this from ``algorithm.rollout_correction.bypass_mode``, a key
-    the actor worker never sees: in bypass mode ``_compute_old_log_prob`` copies the rollout's
-    log-probs into ``old_log_probs`` (θ_old is then the rollout policy, not θ, so s ≠ 1 on the first
-    mini-batch); otherwise the actor's ``compute_log_prob`` writes log π_θ. The worker receives
-    every field of the batch, so the batch tells the two apart: bypass mode needs
-    ``rollout_log_probs`` (the trainer reads it) and leaves ``old_log_probs`` bitwise equal to it,
-    while recomputed log-probs differ from the rollout's. Any rank whose valid tokens all equal the
-    rollout's means bypass (one no-grad forward of the first mini-batch; never a wrong s = 1).
+    In bypass mode verl 0.9.1's ``_compute_old_log_prob`` copies the rollout's log-probs into
+    ``old_log_probs`` (θ_old is then the rollout policy, not θ, so s ≠ 1 on the first mini-batch);
+    otherwise the actor's ``compute_log_prob`` writes log π_θ, which differs from the rollout
+    engine's. So old log-probs bitwise equal to ``rollout_log_probs`` on every valid token of the
+    rank contradict the flag: a RuntimeError, never a wrong s = 1. A rank with only padding rows,
+    or without rollout log-probs (bypass mode needs them), shows nothing to check.
     """
-    if rollout_log_probs is None:
-        vote = 1  # no rollout log-probs: the trainer cannot be in bypass mode
-    elif not bool(mask.any()):
-        vote = 0  # only padding rows here: no evidence
-    else:
-        same = torch.equal(old_log_probs[mask], rollout_log_probs.to(old_log_probs.dtype)[mask])
-        vote = -1 if same else 1
-    votes = all_gather_objects(vote, dp_group)
-    return min(votes) >= 0 and max(votes) == 1
+    if rollout_log_probs is None or not bool(mask.any()):
+        return
+    if torch.equal(old_log_probs[mask], rollout_log_probs.to(old_log_probs.dtype)[mask]):
+        raise RuntimeError(
+            f"dfpo: update_actor's {OLD_LOG_PROBS_AT_STEP_PARAMS} says the old log-probs are log π at the "
+            "step's parameters, but on this rank they equal rollout_log_probs bitwise, as verl's "
+            "rollout-correction bypass mode writes them. Train through dfpo's trainers "
+            "(trainer.v1.trainer_mode=dfpo_sync, ...), which set the flag from the config, or set it to False."
+        )
 
 
 class DFPOTrainingWorker(TrainingWorker):
@@ -151,12 +150,9 @@ class DFPOTrainingWorker(TrainingWorker):
             rollout_is_weights=padded["rollout_is_weights"].cpu() if "rollout_is_weights" in fields else None,
             prefix_len=prefix,
         )
-        at_step_params = old_log_probs_recomputed(
-            padded["old_log_probs"], padded.get("rollout_log_probs", None), mask, dp_group
-        )
-        trainer_says = tu.pop(data, key=OLD_LOG_PROBS_AT_STEP_PARAMS, default=None)
-        if trainer_says is not None and not bool(trainer_says):
-            at_step_params = False  # the trainer computed them at other parameters: never skip then
+        at_step_params = bool(tu.pop(data, key=OLD_LOG_PROBS_AT_STEP_PARAMS, default=True))
+        if at_step_params:
+            check_old_log_probs_at_step_params(padded["old_log_probs"], padded.get("rollout_log_probs", None), mask)
         metrics = _prefix_metrics(rows, dp_group)
         if "rollout_log_probs" in fields:
             metrics.update(rollout_ratio_spread(rows.old_log_prob, padded["rollout_log_probs"].cpu(), rows.response_mask, gid, dp_group))

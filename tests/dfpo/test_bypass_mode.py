@@ -3,10 +3,11 @@
 verl 0.9.1's V1 trainer reads ``algorithm.rollout_correction.bypass_mode``; with it on,
 ``_compute_old_log_prob`` copies the rollout's log-probs into ``old_log_probs`` instead of asking
 the actor, so θ_old (the rollout policy) ≠ θ already on the first mini-batch and the pre-pass must
-forward it. The actor worker never sees that key: it decides from the batch
-(:func:`dfpo.workers.old_log_probs_recomputed`). Tested here under the trainer's own config and
-code, and end to end through verl's real actor worker against a reference that forwards every
-mini-batch.
+forward it. The actor worker never sees that key: dfpo's trainer tells it
+(``dfpo_old_log_probs_at_step_params``, :func:`dfpo.trainer.bypass_mode`), and the worker asserts
+the flag against the batch (:func:`dfpo.workers.check_old_log_probs_at_step_params`). Tested here
+under the trainer's own config and code, and end to end through verl's real actor worker against a
+reference that forwards every mini-batch.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import torch
 from tensordict import TensorDict
 
 from dfpo.hydra_config import compose_trainer_config
-from dfpo.workers import old_log_probs_recomputed
+from dfpo.trainer import bypass_mode
+from dfpo.workers import OLD_LOG_PROBS_AT_STEP_PARAMS, check_old_log_probs_at_step_params
 
 
 def _nested(rows):
@@ -80,45 +82,54 @@ def _trainer_old_log_probs(monkeypatch, overrides):
     cfg = compose_trainer_config(["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", *overrides], "dfpo_trainer")
     trainer = SimpleNamespace(config=cfg, actor_rollout_wg=SimpleNamespace(compute_log_prob=compute_log_prob))
     trainer_base.PPOTrainer._compute_old_log_prob(trainer, _FakeBatch(len(lengths)), {})
-    return fake_tq.store, actor
+    return fake_tq.store, actor, cfg
 
 
 def _padded(rows):
     return _nested(rows).to_padded_tensor(0.0)
 
 
-@pytest.mark.parametrize(("bypass", "recomputed"), [(True, False), (False, True)])
-def test_the_worker_reads_what_the_v1_trainer_did(monkeypatch, bypass, recomputed):
-    store, actor = _trainer_old_log_probs(monkeypatch, [f"algorithm.rollout_correction.bypass_mode={str(bypass).lower()}"])
+@pytest.mark.parametrize("bypass", [True, False])
+def test_the_flag_and_its_assertion_match_what_the_v1_trainer_did(monkeypatch, bypass):
+    store, actor, cfg = _trainer_old_log_probs(monkeypatch, [f"algorithm.rollout_correction.bypass_mode={str(bypass).lower()}"])
     old = _padded(store["old_log_probs"])
     expected = store["rollout_log_probs"] if bypass else actor
     torch.testing.assert_close(old, _padded(expected), rtol=0, atol=0)
+    assert bypass_mode(cfg) is bypass  # the trainer's flag is `not bypass_mode(config)`
     mask = _padded([m.to(torch.float32) for m in store["response_mask"]]).to(torch.bool)
-    assert old_log_probs_recomputed(old, _padded(store["rollout_log_probs"]), mask) is recomputed
+    rollout = _padded(store["rollout_log_probs"])
+    if bypass:  # a flag of true on bypass-mode old log-probs is caught
+        with pytest.raises(RuntimeError, match=OLD_LOG_PROBS_AT_STEP_PARAMS):
+            check_old_log_probs_at_step_params(old, rollout, mask)
+    else:
+        check_old_log_probs_at_step_params(old, rollout, mask)
 
 
-def test_the_decision_from_the_batch():
+def test_the_assertion_from_the_batch():
     mask = torch.tensor([[True, True, False], [True, False, False]])
     old = torch.tensor([[-0.1, -0.2, 0.0], [-0.3, 0.0, 0.0]])
-    # bypass needs rollout_log_probs (the trainer reads it), so without them old = log π_θ
-    assert old_log_probs_recomputed(old, None, mask) is True
-    # equal on the valid tokens (padding may differ): bypass mode
-    assert old_log_probs_recomputed(old, old + torch.tensor([[0.0, 0.0, 5.0], [0.0, 1.0, 1.0]]), mask) is False
-    assert old_log_probs_recomputed(old, old - 1e-6, mask) is True
-    # a rank with only padding rows gives no evidence either way
-    assert old_log_probs_recomputed(old, old - 1e-6, torch.zeros_like(mask)) is False
+    # bypass needs rollout_log_probs (the trainer reads it): nothing to check without them
+    check_old_log_probs_at_step_params(old, None, mask)
+    # equal on the valid tokens (padding may differ): what bypass mode writes, not log π_θ
+    with pytest.raises(RuntimeError, match="equal rollout_log_probs bitwise"):
+        check_old_log_probs_at_step_params(old, old + torch.tensor([[0.0, 0.0, 5.0], [0.0, 1.0, 1.0]]), mask)
+    check_old_log_probs_at_step_params(old, old - 1e-6, mask)
+    # a rank with only padding rows shows nothing either way
+    check_old_log_probs_at_step_params(old, old, torch.zeros_like(mask))
 
 
 @pytest.mark.slow
 def test_bypass_mode_update_equals_the_reference_that_forwards_every_mini_batch(tmp_path):
     """verl's real actor worker on CPU, DFPO Min-Replace, 2 mini-batches of whole groups: with
-    bypass-mode batches (old = rollout log-probs ≠ log π_θ0) the update equals a reference whose
-    group weights come from log π_θ at every mini-batch, the first included; with recomputed old
-    log-probs the first mini-batch still skips its forward."""
+    bypass-mode batches (old = rollout log-probs ≠ log π_θ0, the trainer's flag false) the update
+    equals a reference whose group weights come from log π_θ at every mini-batch, the first
+    included; with recomputed old log-probs the first mini-batch still skips its forward; a bypass
+    batch whose flag says true is refused before any update."""
     from tests.integration import cpu_verl_harness as h
 
     results = h.run_ranks(_bypass_rounds, 1, str(tmp_path))
     (rounds,) = results
+    assert OLD_LOG_PROBS_AT_STEP_PARAMS in rounds.pop("bypass, flag true")
     for label, (state_before, state_after, metrics, expected) in rounds.items():
         deltas = {k: state_after[k] - state_before[k] for k in state_after}
         scale = max(float(d.abs().max()) for d in deltas.values())
@@ -130,6 +141,8 @@ def test_bypass_mode_update_equals_the_reference_that_forwards_every_mini_batch(
 
 
 def _bypass_rounds(rank, world_size, tmp_path):
+    from verl.utils import tensordict_utils as tu
+
     from dfpo.workers import DFPOActorRolloutRefWorker
     from tests.integration import cpu_verl_harness as h
 
@@ -156,11 +169,20 @@ def _bypass_rounds(rank, world_size, tmp_path):
         worker.init_model()
         before = h.actor_state_dict(worker)
         meta = h.update_meta_from_config(worker.config)
-        output = worker.update_actor(h.with_update_meta(batch, **meta))
+        batch_with_meta = h.with_update_meta(batch, **meta)
+        if label == "bypass":  # what dfpo's trainer says in bypass mode
+            tu.assign_non_tensor(batch_with_meta, **{OLD_LOG_PROBS_AT_STEP_PARAMS: False})
+        output = worker.update_actor(batch_with_meta)
         after = h.actor_state_dict(worker)
         model = h.load_hf_model(model_dir)
         steps = h.global_mini_batches(len(batch), 1, meta["mini_batch_size"], meta["epochs"], meta["shuffle"], meta["seed"])
         h.reference_update(model, h.optimizer_settings(worker), batch, steps, h.whole_group_dfpo_loss)
         expected = {name: p.detach().clone() for name, p in model.named_parameters()}
         out[label] = (before, after, dict(output["metrics"]), expected)
+    # the flag absent (taken as true) on bypass-mode old log-probs: refused before any update
+    try:
+        worker.update_actor(h.with_update_meta(bypass, **meta))
+        out["bypass, flag true"] = "no error"
+    except RuntimeError as error:
+        out["bypass, flag true"] = str(error)
     return out
