@@ -34,7 +34,8 @@ def test_plugins_disabled_then_external_modules_fallback(tmp_path):
 
 @pytest.mark.slow
 def test_ray_worker_process_sees_dfpo():
-    ray = pytest.importorskip("ray")
+    import ray
+
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
     try:
 

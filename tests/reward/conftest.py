@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from reward import math_verify_pool
 from reward import sandbox as sandbox_module
 
 DATA = Path(__file__).parent / "data"
@@ -93,6 +94,18 @@ def assert_no_new_sandbox_dirs(before: set[str], grace_s: float = 2.0) -> None:
     while (left := sandbox_dirs() - before) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not left, f"sandbox directories left behind: {sorted(left)}"
+
+
+@pytest.fixture
+def own_math_pool(monkeypatch):
+    """The test gets a process-wide math-verify pool of its own, closed after it: the extra workers
+    a burst of callers starts (up to ``max_size``, retiring only after ``RETIRE_IDLE_S``) never
+    reach another test, and a test never sees what an earlier one left in the pool."""
+    monkeypatch.setattr(math_verify_pool, "_default_pool", None)
+    yield
+    pool = math_verify_pool._default_pool
+    if pool is not None and math_verify_pool._default_pool_pid == os.getpid():
+        pool.close()
 
 
 @pytest.fixture(scope="session")

@@ -67,6 +67,7 @@ def _math_jobs(callers: int) -> list[tuple[str, str, str]]:
     return jobs
 
 
+@pytest.mark.usefixtures("own_math_pool")
 @pytest.mark.parametrize("callers", [8, 64])
 def test_math_limit_holds_from_many_callers(callers):
     compute_score("math500", "\\boxed{\\sqrt{8}}", "2\\sqrt{2}", math_timeout_s=120)  # math-verify imported once
