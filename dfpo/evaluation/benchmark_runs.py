@@ -8,14 +8,14 @@ For one run and one benchmark (``data_source``) with k samples per problem p:
 * mean response length (tokens) and truncation rate over all samples;
 * the settings that decide whether two runs can be compared (see ``comparability.py``).
 
-Every sample line is checked: valid JSON with the sample keys, ``acc`` a number in [0, 1],
-``sample_index`` an integer in [0, k) seen once per problem, one data_source per problem. An
-error names the file and line and says what to do.
+The samples are read through ``run_store`` and the per-run metrics computed by ``summary`` (as in
+the run's summary.json). Every sample line is checked: valid JSON with the sample keys, ``acc`` a
+number in [0, 1], ``sample_index`` an integer in [0, k) seen once per problem, one data_source per
+problem. An error names the file and line and says what to do.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass
@@ -26,7 +26,8 @@ import numpy as np
 
 from dfpo.evaluation.comparability import run_settings
 from dfpo.evaluation.report_inputs import RunSpec
-from dfpo.evaluation.run_store import SAMPLES_FILE, read_manifest
+from dfpo.evaluation.run_store import SAMPLES_FILE, group_by_problem, read_manifest, read_samples
+from dfpo.evaluation.summary import correctness_matrix, group_metrics
 
 CHECKED_KEYS = ("problem_id", "data_source", "sample_index", "acc", "num_tokens", "truncated")
 
@@ -76,57 +77,48 @@ def read_benchmarks(run_dir: Path, allow_incomplete: bool = False) -> dict[str, 
     manifest = read_manifest(run_dir)
     k = int(manifest["k"])
     path = Path(run_dir) / SAMPLES_FILE
-    accs: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    records = read_samples(run_dir)
     first_line: dict[tuple[str, int], int] = {}
     source_of: dict[str, tuple[str, int]] = {}
-    tokens: dict[str, list[float]] = defaultdict(list)
-    truncated: dict[str, list[float]] = defaultdict(list)
-    with open(path, encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            where = f"{path} line {number}"
-            if not line.endswith("\n"):
-                raise ValueError(f"{where}: incomplete (interrupted run); resume it with generate first")
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{where}: not valid JSON ({exc}); the file is corrupted") from None
-            _check_record(record, k, where)
-            pid, src = str(record["problem_id"]), str(record["data_source"])
-            known = source_of.setdefault(pid, (src, number))
-            if known[0] != src:
-                raise ValueError(
-                    f"{where}: problem {pid!r} has data_source {src!r} but {known[0]!r} on line {known[1]}"
-                )
-            seen = first_line.setdefault((pid, record["sample_index"]), number)
-            if seen != number:
-                raise ValueError(
-                    f"{where}: problem {pid!r} sample_index {record['sample_index']} repeats line {seen}; "
-                    "each of the k samples must appear once (the file was edited or concatenated)"
-                )
-            accs[src][pid].append(float(record["acc"]))
-            tokens[src].append(float(record["num_tokens"]))
-            truncated[src].append(float(bool(record["truncated"])))
-    short = [pid for per in accs.values() for pid, acc in per.items() if len(acc) != k]
+    for number, record in enumerate(records, start=1):
+        where = f"{path} line {number}"
+        _check_record(record, k, where)
+        pid, src = str(record["problem_id"]), str(record["data_source"])
+        known = source_of.setdefault(pid, (src, number))
+        if known[0] != src:
+            raise ValueError(f"{where}: problem {pid!r} has data_source {src!r} but {known[0]!r} on line {known[1]}")
+        seen = first_line.setdefault((pid, record["sample_index"]), number)
+        if seen != number:
+            raise ValueError(
+                f"{where}: problem {pid!r} sample_index {record['sample_index']} repeats line {seen}; "
+                "each of the k samples must appear once (the file was edited or concatenated)"
+            )
+    groups = group_by_problem(records)
+    short = [pid for pid, group in groups.items() if len(group) != k]
     if short:
         raise ValueError(f"{path}: problems {short[:3]} do not have k={k} samples; resume the run with generate")
-    n_done = sum(len(per) for per in accs.values())
-    if n_done != int(manifest["n_problems"]) and not allow_incomplete:
+    if len(groups) != int(manifest["n_problems"]) and not allow_incomplete:
         raise ValueError(
-            f"{run_dir}: {n_done} of {manifest['n_problems']} problems are done; finish the run with the same "
+            f"{run_dir}: {len(groups)} of {manifest['n_problems']} problems are done; finish the run with the same "
             "generate command (it resumes), or pass --allow-incomplete"
         )
-    return {
-        src: BenchmarkRun(
+    by_source: dict[str, list[str]] = defaultdict(list)
+    for pid in groups:
+        by_source[source_of[str(pid)][0]].append(pid)
+    results = {}
+    for src, pids in by_source.items():
+        acc = correctness_matrix(groups, pids)
+        metrics = group_metrics(groups, pids, k)
+        results[src] = BenchmarkRun(
             eval_dir=Path(run_dir),
             k=k,
-            accuracy={pid: float(np.mean(acc)) for pid, acc in per.items()},
-            solved={pid: float(max(acc) >= 1.0) for pid, acc in per.items()},
-            mean_tokens=float(np.mean(tokens[src])),
-            truncation=float(np.mean(truncated[src])),
+            accuracy=dict(zip(map(str, pids), acc.mean(axis=1).tolist())),
+            solved=dict(zip(map(str, pids), (acc >= 1.0).any(axis=1).astype(float).tolist())),
+            mean_tokens=metrics["mean_response_tokens"],
+            truncation=metrics["truncation_rate"],
             settings=run_settings(manifest, src),
         )
-        for src, per in accs.items()
-    }
+    return results
 
 
 def load_run(run: RunSpec, allow_incomplete: bool = False) -> dict[str, BenchmarkRun]:
