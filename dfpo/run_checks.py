@@ -22,7 +22,7 @@ import math
 import sys
 from pathlib import Path
 
-from dfpo.evaluation.verl_logs import TrainingLog, read_file_log
+from dfpo.verl_logs import TrainingLog, read_file_log
 
 RESIDUAL_TOLERANCE = 1e-6
 

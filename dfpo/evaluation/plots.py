@@ -5,13 +5,12 @@ matplotlib runs with the non-interactive Agg backend, so figures render on headl
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
 
 from dfpo.evaluation.report_results import ReportResults
-from dfpo.evaluation.verl_logs import TrainingLog
+from dfpo.verl_logs import TrainingLog
 
 
 def _pyplot():
@@ -21,11 +20,6 @@ def _pyplot():
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def slug(text: str) -> str:
-    """A file-name-safe version of a label."""
-    return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_").lower() or "unnamed"
 
 
 def accuracy_bars(results: ReportResults, model: str, path: Path) -> Path:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from dfpo.evaluation import plots, tables
+from dfpo.evaluation.names import slug
 from dfpo.evaluation.report_inputs import ReportConfig, load_report_config
 from dfpo.evaluation.report_results import (
     CORRECTIONS,
@@ -45,7 +46,7 @@ from dfpo.evaluation.report_results import (
 )
 from dfpo.evaluation.stats import RESAMPLE_AXES
 from dfpo.evaluation.training_efficiency import efficiency_markdown, efficiency_rows
-from dfpo.evaluation.verl_logs import REWARD_KEY, TrainingLog, curve_keys, read_training_log
+from dfpo.verl_logs import REWARD_KEY, TrainingLog, curve_keys, read_training_log
 
 
 def _ci(c) -> dict[str, float]:
@@ -200,8 +201,8 @@ def write_report(
     path.write_text(json.dumps(payload, indent=2) + "\n")
     written.append(path)
     for model in config.models:
-        written.append(plots.accuracy_bars(results, model, output_dir / f"accuracy_{plots.slug(model)}.png"))
-        group_plot = plots.group_size_plot(results, model, output_dir / f"group_size_{plots.slug(model)}.png")
+        written.append(plots.accuracy_bars(results, model, output_dir / f"accuracy_{slug(model)}.png"))
+        group_plot = plots.group_size_plot(results, model, output_dir / f"group_size_{slug(model)}.png")
         if group_plot is not None:
             written.append(group_plot)
         model_logs = {method: list(by_seed.values()) for (m, method), by_seed in logs.items() if m == model}
@@ -211,7 +212,7 @@ def write_report(
             for seed_logs in model_logs.values():
                 for log in seed_logs:
                     keys += [k for k in curve_keys(log, requested) if k not in keys]
-            path = output_dir / f"training_curves_{plots.slug(model)}.png"
+            path = output_dir / f"training_curves_{slug(model)}.png"
             written.append(plots.training_curves(model_logs, keys, model, path))
     return written
 

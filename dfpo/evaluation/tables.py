@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dfpo.evaluation.plots import slug
+from dfpo.evaluation.names import slug
 from dfpo.evaluation.report_results import Cell, Comparison, ReportResults
 
 DASH = "–"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dfpo.evaluation.verl_logs import REWARD_KEY, TrainingLog
+from dfpo.verl_logs import REWARD_KEY, TrainingLog
 
 TOKENS_KEY = "perf/total_num_tokens"
 

@@ -297,7 +297,7 @@ def test_example_runs_file_parses_and_names_known_benchmarks():
 
 def test_moving_average_and_first_crossing_hand_computed():
     from dfpo.evaluation.training_efficiency import first_crossing, moving_average
-    from dfpo.evaluation.verl_logs import MetricSeries
+    from dfpo.verl_logs import MetricSeries
 
     values = np.array([0.1, 0.2, 0.5, 0.6, 0.7])
     np.testing.assert_allclose(moving_average(values, 2), [np.nan, 0.15, 0.35, 0.55, 0.65])
@@ -316,7 +316,7 @@ def test_moving_average_and_first_crossing_hand_computed():
 
 def test_efficiency_ratio_against_the_baseline():
     from dfpo.evaluation.training_efficiency import efficiency_rows
-    from dfpo.evaluation.verl_logs import MetricSeries
+    from dfpo.verl_logs import MetricSeries
 
     def log(cross_at: int) -> dict:
         steps = np.arange(1, 11)

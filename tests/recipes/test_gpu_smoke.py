@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from dfpo.run_checks import check_run
-from dfpo.evaluation.verl_logs import read_file_log
+from dfpo.verl_logs import read_file_log
 from tests.recipes.recipe_commands import REPO_ROOT
 
 FAKE_PYTHON = """#!/usr/bin/env bash
