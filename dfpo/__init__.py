@@ -1,6 +1,7 @@
 """DFPO — Drift-Fixing Policy Optimization (arXiv 2604.13088) for verl 0.9.1.
 
-Public API (pure tensor functions; no verl import needed to use them):
+Public API (pure tensor functions: importing dfpo imports no verl module, but it requires the
+supported verl release to be installed — :func:`dfpo.verl_version.check_verl_version`):
 
 * :func:`apply_group_transform` — the within-group transforms Min-Replace (Eq. 17) and
   Orth-Proj (Eq. 18), plus the ablations ``scale`` and ``none``.

@@ -1,6 +1,6 @@
 """Per-response and per-group statistics of DFPO: W_i, the transformed W̃_i and the diagnostics.
 
-Definitions (``spec`` §3 of this project; the paper's Eq. 17/18 live in :mod:`dfpo.transforms`):
+Definitions (docs/method.md §3; the paper's Eq. 17/18 live in :mod:`dfpo.transforms`):
 
     δ_{i,t} = log π_θ(y_{i,t}|h_{i,t}) − log π_old(y_{i,t}|h_{i,t}),      L_i = |y_i|
     s_i     = exp( clamp( (1/L_i) Σ_t δ_{i,t}, max=10 ) )                 (GSPO's sequence ratio)
@@ -9,7 +9,7 @@ Definitions (``spec`` §3 of this project; the paper's Eq. 17/18 live in :mod:`d
 
 The group step only needs a handful of scalars per response (:class:`RowStatistics`), so it can
 run on the rows of one call, or on rows gathered from every micro-batch and data-parallel rank
-(:mod:`dfpo.exact_update`), with the same code. Everything here is computed in float64: the
+(:func:`dfpo.group_prepass.exact_group_weights`), with the same code. Everything here is computed in float64: the
 cancellation Σ_i Â_i W̃_i = 0 then holds to ~1e-16 relative.
 """
 

@@ -1,4 +1,4 @@
-"""Plain-loop reference of DFPO (spec §3), written for clarity, used only by tests.
+"""Plain-loop reference of DFPO (docs/method.md §3), written for clarity, used only by tests.
 
 Every quantity is built row by row and group by group with Python loops and autograd, with no
 vectorised trick shared with the implementation under test.

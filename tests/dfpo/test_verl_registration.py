@@ -21,6 +21,14 @@ def test_fresh_interpreter_import_verl_registers_dfpo():
     assert out.stdout.split() == ["dfpo.verl_plugin", "dfpo.advantage"]
 
 
+def test_importing_dfpo_alone_imports_no_verl_module():
+    """What dfpo/__init__.py promises for its public tensor functions."""
+    code = "import sys, dfpo\nprint(sorted(m for m in sys.modules if m == 'verl' or m.startswith('verl.')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
 def test_plugins_disabled_then_external_modules_fallback(tmp_path):
     import os
 
