@@ -1,0 +1,57 @@
+"""``python -m dfpo.run_checks``: the rollout-vs-actor log-prob gap is judged, by the run's numerics."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from dfpo.run_checks import ROLLOUT_GAP_BOUNDS, check_run
+from dfpo.verl_logs import read_file_log
+
+
+def _log(tmp_path, gaps: list[float | None]):
+    path = tmp_path / "run.jsonl"
+    lines = []
+    for step, gap in enumerate(gaps, start=1):
+        data = {"critic/score/mean": 0.5, "actor/grad_norm": 0.3, "actor/dfpo/cancellation_residual_after": 1e-9}
+        if gap is not None:
+            data["training/rollout_probs_diff_max"] = gap
+        lines.append(json.dumps({"step": step, "data": data}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _gap_check(path, numerics: str) -> bool:
+    (result,) = [ok for ok, text in check_run(read_file_log(path), 2, True, None, numerics) if text.startswith("rollout log-probs")]
+    return result
+
+
+@pytest.mark.parametrize(
+    ("numerics", "gaps", "passes"),
+    [
+        ("fp32", [9.5e-7, 1.1e-4], True),  # measured on CPU: the local server, vLLM's CPU build
+        ("fp32", [1.1e-4, 0.02], False),  # step 2 sampled from weights one update behind
+        ("bf16", [0.09, 0.3], True),
+        ("bf16", [0.09, 2.5], False),  # the rollout samples from another model than the actor
+        ("fp32", [1e-5, float("nan")], False),
+        ("fp32", [None, None], False),  # not logged: nothing shows the weights arrived
+    ],
+)
+def test_the_gap_bound_depends_on_the_numerics_and_fails_a_rollout_behind_the_actor(tmp_path, numerics, gaps, passes):
+    assert _gap_check(_log(tmp_path, gaps), numerics) is passes
+
+
+def test_fp32_bound_is_tighter_than_bf16():
+    assert ROLLOUT_GAP_BOUNDS["fp32"] < ROLLOUT_GAP_BOUNDS["bf16"]
+
+
+def test_the_command_exits_1_on_a_gap_above_the_bound(tmp_path):
+    path = _log(tmp_path, [1e-5, 0.02])
+    command = [sys.executable, "-m", "dfpo.run_checks", str(path), "--steps", "2", "--dfpo"]
+    fp32 = subprocess.run([*command, "--rollout-numerics", "fp32"], capture_output=True, text=True, check=False)
+    assert fp32.returncode == 1 and "FAIL  rollout log-probs match the actor's (fp32 bound 0.001)" in fp32.stdout
+    bf16 = subprocess.run(command, capture_output=True, text=True, check=False)  # default: bf16, the GPU recipes
+    assert bf16.returncode == 0, bf16.stdout
