@@ -3,9 +3,11 @@
 Each run is a user's command — ``bash recipes/run_<method>_tiny_cpu.sh`` with environment knobs —
 so everything between the shell and the optimizer step is under test: the launcher, data_prep's
 parquet, the tiny model build, ``python -m dfpo.main``, Ray, verl's TaskRunner, TransferQueue,
-the agent loop on the local rollout server, ``reward/score.py`` through verl's reward manager,
-old log-probs, DFPO's exact update on 2 gloo ranks, weight sync back to the rollout, validation,
-checkpoints and resume.
+the agent loop on verl's own vLLM rollout (``vLLMReplica`` / ``vLLMHttpServer`` on vLLM's CPU
+build, one replica per rank), ``reward/score.py`` through verl's reward manager, old log-probs,
+DFPO's exact update on 2 gloo ranks, verl's weight sync from the actor into vLLM, validation,
+checkpoints and resume. The reward-fault run uses dfpo's local rollout server instead (what it
+tests is the reward path, and the local server starts a minute faster).
 
 The runs share one OUTPUT_ROOT, as a user's runs do (the model and data are built once).
 """
@@ -16,11 +18,15 @@ import math
 
 import pytest
 
+from dfpo.run_checks import ROLLOUT_GAP_BOUNDS
 from tests.e2e.recipe_runs import REPO_ROOT, file_log_steps, run_command, run_recipe
 
 pytestmark = pytest.mark.slow
 
-STEPS, RESUMED_STEPS = 3, 5
+STEPS, RESUMED_STEPS = 3, 4
+VLLM = {"ROLLOUT_NAME": "vllm"}
+# verl's vLLM server announces itself in the driver's output (Ray prefixes each actor's lines)
+VLLM_SERVER_MARK = "(vLLMHttpServer pid="
 # A whole run on 2 cores takes 1-2 minutes; far beyond that something hangs (the known one:
 # verl's TaskRunner waiting forever in TransferQueue's init).
 RUN_TIMEOUT_S = 600
@@ -36,6 +42,10 @@ def _check_exit(run) -> None:
     assert run.returncode == 0, f"recipe exited with {run.returncode}:\n{run.tail()}"
 
 
+def _check_served_by_vllm(run) -> None:
+    assert VLLM_SERVER_MARK in run.output, "the run was not served by verl's vLLMHttpServer:\n" + run.tail()
+
+
 @pytest.fixture(scope="module")
 def output_root(tmp_path_factory):
     return tmp_path_factory.mktemp("dfpo_runs")
@@ -45,10 +55,11 @@ def output_root(tmp_path_factory):
 def dfpo_run(output_root):
     run = run_recipe(
         "run_dfpo_min_replace_tiny_cpu.sh",
-        {"OUTPUT_ROOT": str(output_root), "TOTAL_TRAINING_STEPS": str(STEPS), "GPUS_PER_NODE": "2"},
+        {"OUTPUT_ROOT": str(output_root), "TOTAL_TRAINING_STEPS": str(STEPS), "GPUS_PER_NODE": "2", **VLLM},
         timeout_s=RUN_TIMEOUT_S,
     )
     _check_exit(run)
+    _check_served_by_vllm(run)
     return run
 
 
@@ -57,10 +68,11 @@ def resumed_run(output_root, dfpo_run):
     before = set(file_log_steps(output_root / "logs" / "dfpo"))
     run = run_recipe(
         "run_dfpo_min_replace_tiny_cpu.sh",
-        {"OUTPUT_ROOT": str(output_root), "TOTAL_TRAINING_STEPS": str(RESUMED_STEPS), "GPUS_PER_NODE": "2"},
+        {"OUTPUT_ROOT": str(output_root), "TOTAL_TRAINING_STEPS": str(RESUMED_STEPS), "GPUS_PER_NODE": "2", **VLLM},
         timeout_s=RUN_TIMEOUT_S,
     )
     _check_exit(run)
+    _check_served_by_vllm(run)
     new_logs = {path: steps for path, steps in file_log_steps(output_root / "logs" / "dfpo").items() if path not in before}
     return run, new_logs
 
@@ -69,10 +81,11 @@ def resumed_run(output_root, dfpo_run):
 def gspo_run(output_root):
     run = run_recipe(
         "run_gspo_tiny_cpu.sh",
-        {"OUTPUT_ROOT": str(output_root), "TOTAL_TRAINING_STEPS": "2", "GPUS_PER_NODE": "1"},
+        {"OUTPUT_ROOT": str(output_root), "TOTAL_TRAINING_STEPS": "2", "GPUS_PER_NODE": "1", **VLLM},
         timeout_s=RUN_TIMEOUT_S,
     )
     _check_exit(run)
+    _check_served_by_vllm(run)
     return run
 
 
@@ -106,10 +119,11 @@ def test_dfpo_run_cancels_the_drift_exactly(dfpo_run, output_root):
 
 def test_rollout_log_probs_match_the_actor_after_weight_sync(dfpo_run, output_root):
     steps = _dfpo_log(output_root)
-    # Step 2 and later roll out with weights synced from the trained actor: a sync that did not
-    # reach the rollout server would show as a log-prob gap of the size of the update.
+    # Step 2 and later roll out with weights synced from the trained actor into vLLM: a sync that
+    # did not reach the rollout would show as a log-prob gap of the size of the update. Both sides
+    # are float32, so the gap is kernel rounding only (dfpo.run_checks states the bound's basis).
     for step in _training_steps(steps):
-        assert steps[step]["training/rollout_probs_diff_max"] < 1e-3, step
+        assert steps[step]["training/rollout_probs_diff_max"] < ROLLOUT_GAP_BOUNDS["fp32"], step
 
 
 def test_validation_runs_before_and_after_training(dfpo_run, output_root):
@@ -154,7 +168,10 @@ def test_gspo_baseline_runs_through_the_same_path_on_one_rank(gspo_run, output_r
 def faulty_reward_run(output_root):
     run = run_recipe(
         "run_dfpo_min_replace_tiny_cpu.sh",
-        {"OUTPUT_ROOT": str(output_root), "TOTAL_TRAINING_STEPS": "2", "GPUS_PER_NODE": "1", "EXPERIMENT_NAME": "faulty-reward"},
+        {
+            "OUTPUT_ROOT": str(output_root), "TOTAL_TRAINING_STEPS": "2", "GPUS_PER_NODE": "1",
+            "EXPERIMENT_NAME": "faulty-reward", "ROLLOUT_NAME": "local",
+        },
         args=(
             f"reward.custom_reward_function.path='{REPO_ROOT / 'tests' / 'e2e' / 'faulty_reward.py'}'",
             "+reward.custom_reward_function.reward_kwargs.call_timeout_s=3",
