@@ -9,8 +9,11 @@ points, without editing verl (every internal it touches is listed and checked in
 2. engine — verl's own ``FSDPEngineWithLMHead`` registered for device ``cpu``, backend ``fsdp2``;
 3. process group — verl asks torch for ``"cpu:gloo,cpu:gloo"``, which torch rejects; the name
    verl's workers call is wrapped to ask for plain ``gloo`` (:func:`dfpo.local.activate.gloo_process_group`);
-4. rollout — ``actor_rollout_ref.rollout.name=local``: a transformers server actor per replica
-   (:mod:`dfpo.local.server`) behind verl's rollout registries (:mod:`dfpo.local.rollout`);
+4. rollout — ``actor_rollout_ref.rollout.name=vllm`` (the CPU recipes' default): verl's own vLLM
+   rollout on vLLM's CPU build, with the one fix its weight sync needs applied in vLLM's processes
+   by a vLLM plugin (:mod:`dfpo.local.vllm_cpu`); or ``name=local``: a transformers server actor per
+   replica (:mod:`dfpo.local.server`) behind verl's rollout registries (:mod:`dfpo.local.rollout`),
+   which starts faster and serves tests of the trainer rather than of the rollout engine;
 5. weight sync to standalone rollout replicas (verl's separate-async trainer) —
    ``rollout.checkpoint_engine.backend=local``: a gloo broadcast (:mod:`dfpo.local.checkpoint_engine`);
    and verl's sharded save of π_old to CPU made to copy (on CPU it aliased the live weights).
