@@ -22,7 +22,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
   exit 0
 fi
 rm -f "$stamp"
-echo "[setup] installing the pinned CPU stack into .venv (about 4 minutes and 7 GB on a fresh machine)"
+echo "[setup] installing the pinned CPU stack into .venv (about 3 minutes and 7 GB on a fresh machine)"
 # pip's warnings about this machine's extra local indexes are left out; everything else is shown
 pip_install() {
   .venv/bin/python -m pip install -q --disable-pip-version-check "$@" 2> >(grep -v "^WARNING: Location .* is ignored" >&2)
