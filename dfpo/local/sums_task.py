@@ -1,0 +1,120 @@
+"""The CPU quickstart's task: single-digit sums with one demonstration turn.
+
+Problems read "What is a + b?" for a, b in 0..9, in data_prep's ``boxed`` template, after one
+solved example (:data:`DEMONSTRATION`: the user asks "What is 2 + 5? ..." and the assistant answers
+``\\boxed{7}``). The answer is scored by ``reward/score.py``'s math scorer (1 for the right
+``\\boxed{}`` answer, else 0) like any math source.
+
+Why this task. SmolLM2-135M-Instruct almost never writes ``\\boxed{}`` zero-shot; with the
+demonstration it answers in that form in most responses and gets about a third of these sums right
+greedily but only about one in ten at temperature 1, so rewards are mixed from the first step and
+there is room to learn. A plain group-baseline policy gradient raises its held-out accuracy within
+ten steps, so the quickstart can show a policy getting better in minutes on a CPU.
+
+The split is by *unordered pair*: a held-out problem's two terms never appear together in a
+training problem, in either order (3 + 4 held out means 4 + 3 is held out too). A fixed, seeded
+shuffle of the pairs fills the held-out split until it holds at least :data:`MIN_TEST_PROBLEMS`
+problems; the demonstration's own pair is in neither split. The raw rows (plain math schema:
+``problem``, ``answer``, ``id``) are written as JSON lines and turned into verl parquet by
+``python -m data_prep.math --demonstration ...`` (sources ``digit_sums`` / ``digit_sums_test``),
+so the quickstart reads exactly what data_prep writes for the GPU recipes.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_TERM = 9
+MIN_TEST_PROBLEMS = 40
+SPLIT_SEED = 0
+DEMONSTRATION = ("What is 2 + 5?", "7")
+DEMONSTRATION_PAIR = frozenset({2, 5})
+TRAIN_SOURCE, TEST_SOURCE = "digit_sums", "digit_sums_test"
+TRAIN_FILE, TEST_FILE = "digit_sums_train.parquet", "digit_sums_test.parquet"
+TEST_TITLE, TRAIN_TITLE = "Held-out sums", "Training sums"
+
+
+@dataclass(frozen=True)
+class SumProblem:
+    a: int
+    b: int
+
+    @property
+    def problem(self) -> str:
+        return f"What is {self.a} + {self.b}?"
+
+    @property
+    def answer(self) -> str:
+        return str(self.a + self.b)
+
+    @property
+    def id(self) -> str:
+        return f"{self.a}+{self.b}"
+
+    @property
+    def pair(self) -> frozenset[int]:
+        return frozenset({self.a, self.b})
+
+    def raw_row(self) -> dict:
+        return {"problem": self.problem, "answer": self.answer, "id": self.id}
+
+
+def sums_split() -> tuple[list[SumProblem], list[SumProblem]]:
+    """(train, held-out), each in (a, b) order; disjoint by unordered pair, the demonstration's
+    pair in neither, the held-out split at least :data:`MIN_TEST_PROBLEMS` problems."""
+    pairs = sorted(
+        {frozenset({a, b}) for a in range(MAX_TERM + 1) for b in range(MAX_TERM + 1)} - {DEMONSTRATION_PAIR},
+        key=sorted,
+    )
+    random.Random(SPLIT_SEED).shuffle(pairs)
+    held_out: set[frozenset[int]] = set()
+    count = 0
+    for pair in pairs:
+        if count >= MIN_TEST_PROBLEMS:
+            break
+        held_out.add(pair)
+        count += 2 if len(pair) == 2 else 1
+    problems = [
+        SumProblem(a, b)
+        for a in range(MAX_TERM + 1)
+        for b in range(MAX_TERM + 1)
+        if frozenset({a, b}) != DEMONSTRATION_PAIR
+    ]
+    return [p for p in problems if p.pair not in held_out], [p for p in problems if p.pair in held_out]
+
+
+def write_raw_files(directory: Path) -> tuple[Path, Path]:
+    """Write ``digit_sums_train.jsonl`` and ``digit_sums_test.jsonl`` (raw rows) into ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, problems in zip(("digit_sums_train.jsonl", "digit_sums_test.jsonl"), sums_split(), strict=True):
+        path = directory / name
+        path.write_text("".join(json.dumps(p.raw_row()) + "\n" for p in problems), encoding="utf-8")
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+def data_prep_command(source: str, raw: Path, output: Path) -> list[str]:
+    """The ``python -m data_prep.math`` arguments that turn one raw file into verl parquet."""
+    return ["--input", f"{source}={raw}", "--output", str(output), "--demonstration", *DEMONSTRATION]
+
+
+def prepare_parquet(data_dir: Path) -> tuple[Path, Path]:
+    """The task as verl parquet in ``data_dir`` (train, held-out), through ``data_prep.math``.
+
+    Raises ``RuntimeError`` with the command if the pipeline refuses a file."""
+    from data_prep.math import main as data_prep_math
+
+    raw_train, raw_test = write_raw_files(data_dir / "raw")
+    outputs = []
+    for source, raw, name in ((TRAIN_SOURCE, raw_train, TRAIN_FILE), (TEST_SOURCE, raw_test, TEST_FILE)):
+        output = data_dir / name
+        arguments = data_prep_command(source, raw, output)
+        status = data_prep_math(arguments)
+        if status != 0:
+            raise RuntimeError(f"python -m data_prep.math {' '.join(arguments)} failed (exit {status})")
+        outputs.append(output)
+    return outputs[0], outputs[1]

