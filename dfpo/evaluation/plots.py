@@ -5,6 +5,7 @@ matplotlib runs with the non-interactive Agg backend, so figures render on headl
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -86,45 +87,180 @@ def group_size_plot(results: ReportResults, model: str, path: Path) -> Path | No
     return path
 
 
+def _mean_and_range(seed_logs: list[TrainingLog], key: str):
+    """(steps, mean, min, max, n) over the seeds that logged ``key``, on the steps all of them
+    logged; None when no seed logged it or they share no step."""
+    series = [log[key] for log in seed_logs if key in log]
+    if not series:
+        return None
+    common = series[0].steps
+    for s in series[1:]:
+        common = np.intersect1d(common, s.steps)
+    if common.size == 0:
+        return None
+    values = np.stack([s.values[np.searchsorted(s.steps, common)] for s in series])
+    return common, np.nanmean(values, axis=0), np.nanmin(values, axis=0), np.nanmax(values, axis=0), len(series)
+
+
+def _draw(ax, steps, mean, low, high, n, label, color=None, linestyle="-", marker=None):
+    (line,) = ax.plot(steps, mean, label=label, linewidth=1.3, color=color, linestyle=linestyle, marker=marker, markersize=4)
+    if n > 1:
+        ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+    return line.get_color()
+
+
+def _wrapped(text: str, width: int = 34) -> str:
+    """``text`` on lines of at most ``width`` characters where it can be, broken after a ``/`` or
+    at a space (a metric name such as ``actor/dfpo/cancellation_residual_before`` stays readable)."""
+    pieces = re.findall(r"[^/ ]*/|[^/ ]+| ", text)
+    lines, line = [], ""
+    for piece in pieces:
+        if line and len(line) + len(piece) > width:
+            lines.append(line.rstrip())
+            line = piece.lstrip()
+        else:
+            line += piece
+    lines.append(line.rstrip())
+    return "\n".join(item for item in lines if item) or text
+
+
 def training_curves(logs: dict[str, list[TrainingLog]], keys: list[str], title: str, path: Path) -> Path:
     """One panel per metric; per method the mean over seeds (on steps every seed logged) and the
-    min-max range across seeds as a band."""
+    min-max range across seeds as a band. Panel titles are the metric names, wrapped so that long
+    ones do not run into their neighbours."""
     if not keys:
         raise ValueError(f"{title}: none of the requested metrics is in the training logs")
     plt = _pyplot()
+    from matplotlib.ticker import MaxNLocator
+
     cols = min(3, len(keys))
     rows = (len(keys) + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.4 * cols, 3.2 * rows), squeeze=False, layout="constrained")
     for ax, key in zip(axes.ravel(), keys, strict=False):
         for method, seed_logs in logs.items():
-            series = [log[key] for log in seed_logs if key in log]
-            if not series:
-                continue
-            common = series[0].steps
-            for s in series[1:]:
-                common = np.intersect1d(common, s.steps)
-            if common.size == 0:
-                continue
-            values = np.stack([s.values[np.searchsorted(s.steps, common)] for s in series])
-            mean = np.nanmean(values, axis=0)
-            (line,) = ax.plot(common, mean, label=f"{method} (n={len(series)})", linewidth=1.3)
-            if len(series) > 1:
-                ax.fill_between(
-                    common,
-                    np.nanmin(values, axis=0),
-                    np.nanmax(values, axis=0),
-                    color=line.get_color(),
-                    alpha=0.2,
-                    linewidth=0,
-                )
-        ax.set_title(key, fontsize=9)
+            curve = _mean_and_range(seed_logs, key)
+            if curve is not None:
+                _draw(ax, *curve, label=f"{method} (n={curve[4]})")
+        ax.set_title(_wrapped(key), fontsize=8)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     for ax in axes.ravel()[len(keys) :]:
         ax.set_visible(False)
     axes.ravel()[0].legend(fontsize=7)
     fig.suptitle(title)
-    fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
     return path
+
+
+RESIDUAL_BEFORE = "actor/dfpo/cancellation_residual_before"
+RESIDUAL_AFTER = "actor/dfpo/cancellation_residual_after"
+GRAD_NORM_KEY = "actor/grad_norm"
+
+
+_VALIDATION_MEAN = re.compile(r"^val-core/([^/]+)/(acc|reward)/mean@(\d+)$")
+
+
+def validation_keys(log: TrainingLog) -> list[str]:
+    """verl's mean validation accuracy per data source (``val-core/<source>/acc/mean@<n>``); the
+    mean validation reward where no accuracy is logged."""
+    matches = [(m.group(1), m.group(2), k) for k in log if (m := _VALIDATION_MEAN.match(k))]
+    keys = sorted(k for _, kind, k in matches if kind == "acc")
+    covered = {source for source, kind, _ in matches if kind == "acc"}
+    return keys + sorted(k for source, kind, k in matches if kind == "reward" and source not in covered)
+
+
+def story_keys(logs: dict[str, list[TrainingLog]]) -> list[str]:
+    """Every metric the training-story figure draws (what :func:`training_diagnostics` leaves out)."""
+    from dfpo.verl_logs import ENTROPY_KEY, RESPONSE_LENGTH_KEY, REWARD_KEY
+
+    keys = [REWARD_KEY, RESIDUAL_BEFORE, RESIDUAL_AFTER, ENTROPY_KEY, RESPONSE_LENGTH_KEY, GRAD_NORM_KEY]
+    for seed_logs in logs.values():
+        for log in seed_logs:
+            keys += [k for k in validation_keys(log) if k not in keys]
+    return keys
+
+
+def training_story(logs: dict[str, list[TrainingLog]], title: str, path: Path) -> Path | None:
+    """The training curves a reader wants first, one panel each: training reward, held-out accuracy
+    at the validation steps, the learning-tax residual before and after DFPO's transform (how much
+    of the shared tokens' gradient is left uncancelled; log scale, exact zeros not drawn), entropy,
+    response length and gradient norm. Per method the mean over seeds and the min-max band; None
+    when the logs hold none of these metrics."""
+    from dfpo.verl_logs import ENTROPY_KEY, RESPONSE_LENGTH_KEY, REWARD_KEY
+
+    val = []
+    for seed_logs in logs.values():
+        for log in seed_logs:
+            val += [k for k in validation_keys(log) if k not in val]
+    panels = [("Training reward (mean score)", [REWARD_KEY], False)]
+    panels += [(f"Validation {k.split('/')[2]}, {k.split('/')[1]} ({k.rsplit('/', 1)[-1]})", [k], False) for k in val]
+    panels += [
+        ("Learning-tax residual: before (solid) / after (dashed) the transform", [RESIDUAL_BEFORE, RESIDUAL_AFTER], True),
+        ("Entropy of the policy (per token)", [ENTROPY_KEY], False),
+        ("Response length (tokens, mean)", [RESPONSE_LENGTH_KEY], False),
+        ("Gradient norm (before clipping)", [GRAD_NORM_KEY], False),
+    ]
+    present = [p for p in panels if any(_mean_and_range(sl, k) is not None for sl in logs.values() for k in p[1])]
+    if not present:
+        return None
+    plt = _pyplot()
+    from matplotlib.ticker import MaxNLocator
+
+    cols = min(3, len(present))
+    rows = (len(present) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.3 * rows), squeeze=False, layout="constrained")
+    colors: dict[str, str] = {}
+    for ax, (panel_title, keys, log_scale) in zip(axes.ravel(), present, strict=False):
+        for method, seed_logs in logs.items():
+            for key, style in zip(keys, ("-", "--"), strict=False):
+                curve = _mean_and_range(seed_logs, key)
+                if curve is None:
+                    continue
+                steps, mean, low, high, n = curve
+                if log_scale:
+                    keep = mean > 0
+                    steps, mean, low, high = steps[keep], mean[keep], np.maximum(low[keep], 1e-12), high[keep]
+                    if steps.size == 0:
+                        continue
+                label = f"{method} (n={n})" if style == "-" else None
+                marker = "o" if key.startswith("val-core/") or steps.size < 3 else None
+                colors[method] = _draw(ax, steps, mean, low, high, n, label, colors.get(method), style, marker)
+        if log_scale:
+            ax.set_yscale("log")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(_wrapped(panel_title, 40), fontsize=9)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    for ax in axes.ravel()[len(present) :]:
+        ax.set_visible(False)
+    handles, labels = [], []
+    for ax in axes.ravel()[: len(present)]:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            if label not in labels:
+                handles.append(handle)
+                labels.append(label)
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(4, len(labels)), fontsize=8)
+    fig.suptitle(title)
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def training_diagnostics(logs: dict[str, list[TrainingLog]], title: str, path: Path) -> Path | None:
+    """The other ``dfpo/`` diagnostics (every ``dfpo/`` metric the story figure does not draw), one
+    panel each; None when there are none."""
+    from dfpo.verl_logs import DFPO_PREFIX
+
+    shown = set(story_keys(logs))
+    keys: list[str] = []
+    for seed_logs in logs.values():
+        for log in seed_logs:
+            keys += sorted(
+                k for k in log if (k.startswith(DFPO_PREFIX) or f"/{DFPO_PREFIX}" in k) and k not in shown and k not in keys
+            )
+    if not keys:
+        return None
+    return training_curves(logs, sorted(keys), f"{title}: other dfpo/ diagnostics", path)

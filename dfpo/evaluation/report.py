@@ -13,7 +13,10 @@ Writes into ``--output-dir``:
   each run's evaluation settings per benchmark (data hash, sampling, k, scorer, backend);
 * ``compute_to_threshold.md`` (with ``--reward-threshold``): training steps and tokens until the
   smoothed reward reaches the threshold, and the ratio to the baseline (see training_efficiency.py);
-* ``accuracy_<model>.png``, ``group_size_<model>.png``, ``training_curves_<model>.png``.
+* ``accuracy_<model>.png``, ``group_size_<model>.png``, ``training_curves_<model>.png`` (training
+  reward, held-out accuracy at validation steps, the learning-tax residual before/after, entropy,
+  response length, gradient norm; with ``--curve-metrics``, one panel per metric named) and
+  ``training_diagnostics_<model>.png`` (the other ``dfpo/`` diagnostics).
 
 The runs file format is documented in ``report_inputs.py``. The report refuses inputs that
 would mislead (``report_results.py``): runs of one model and benchmark evaluated with other
@@ -206,14 +209,18 @@ def write_report(
         if group_plot is not None:
             written.append(group_plot)
         model_logs = {method: list(by_seed.values()) for (m, method), by_seed in logs.items() if m == model}
-        if model_logs:
+        if model_logs and curve_metrics:
             keys: list[str] = []
-            requested = tuple(curve_metrics) if curve_metrics else None
             for seed_logs in model_logs.values():
                 for log in seed_logs:
-                    keys += [k for k in curve_keys(log, requested) if k not in keys]
+                    keys += [k for k in curve_keys(log, tuple(curve_metrics)) if k not in keys]
             path = output_dir / f"training_curves_{slug(model)}.png"
             written.append(plots.training_curves(model_logs, keys, model, path))
+        elif model_logs:
+            for figure, name in ((plots.training_story, "training_curves"), (plots.training_diagnostics, "training_diagnostics")):
+                path = figure(model_logs, model, output_dir / f"{name}_{slug(model)}.png")
+                if path is not None:
+                    written.append(path)
     return written
 
 
@@ -236,8 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--curve-metrics",
         nargs="+",
-        help="training-log keys to plot (default: critic/score/mean, response_length/mean, "
-        "actor/entropy and every dfpo/ metric)",
+        help="training-log keys to plot, one panel each, in training_curves_<model>.png (default: the "
+        "training story in that figure and the other dfpo/ metrics in training_diagnostics_<model>.png)",
     )
     parser.add_argument(
         "--allow-incomplete",
