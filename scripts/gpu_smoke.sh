@@ -5,6 +5,7 @@
 # exits 1 if any failed. About 10 minutes on one H100/H200 once the model is on disk.
 #
 #   MODEL_PATH=/path/to/Qwen3-0.6B bash scripts/gpu_smoke.sh
+#   bash scripts/gpu_smoke.sh --cpu          # the same stages on CPU (about 5 minutes on 2 cores)
 #
 # MODEL_PATH: a local Qwen3-0.6B checkpoint (hf download Qwen/Qwen3-0.6B --local-dir ...).
 # OUTPUT_ROOT (default ~/dfpo_gpu_smoke): data, checkpoints, logs and the evaluation go there; each
@@ -12,12 +13,39 @@
 # toy arithmetic set of the CPU recipes (built by data_prep, no download); the training run is
 # recipes/run_dfpo_min_replace_qwen3_0p6b.sh. What it verifies that no CPU test can: docs/recipes.md,
 # "What to verify on the first GPU run".
+#
+# --cpu runs every stage through the same code on a machine without a GPU, with the CPU stack
+# (scripts/setup_env.sh): python -m dfpo.doctor --stack cpu; the toy data and the CPU recipes' tiny
+# Qwen3 (python -m dfpo.local.prepare, no download; MODEL_PATH overrides the model); 2 DFPO steps of
+# recipes/run_dfpo_min_replace_tiny_cpu.sh with ROLLOUT_NAME=vllm (verl's vLLM replica, server and
+# weight sync on vLLM's CPU build) on GPUS_PER_NODE=1 CPU rank by default, their checks with fp32
+# bounds; the bypass-mode step; verl.model_merger; and the vLLM evaluation backend on CPU. What it
+# cannot check (CUDA graphs, sleep/wake memory, NCCL, flash-attn, CUDA IPC, ...) is that same list
+# in docs/recipes.md. OUTPUT_ROOT defaults to ~/dfpo_cpu_smoke.
 set -uo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 python="${PYTHON:-python3}"
-: "${MODEL_PATH:?set MODEL_PATH to a local Qwen3-0.6B checkpoint directory, e.g. MODEL_PATH=\$HOME/models/Qwen3-0.6B bash scripts/gpu_smoke.sh}"
-output_root="${OUTPUT_ROOT:-$HOME/dfpo_gpu_smoke}"
+cpu=0
+for arg in "$@"; do
+    case "$arg" in
+        --cpu) cpu=1 ;;
+        -h | --help) sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "gpu_smoke: unknown argument '$arg' (use --cpu, or none on a GPU node)" >&2; exit 2 ;;
+    esac
+done
+if [[ "$cpu" == 1 ]]; then
+    output_root="${OUTPUT_ROOT:-$HOME/dfpo_cpu_smoke}"
+    recipe=run_dfpo_min_replace_tiny_cpu.sh
+    model_path="${MODEL_PATH:-$output_root/models/tiny_qwen3_cpu}"  # dfpo.local.prepare builds it there
+    mode="gpu_smoke --cpu"
+else
+    : "${MODEL_PATH:?set MODEL_PATH to a local Qwen3-0.6B checkpoint directory, e.g. MODEL_PATH=\$HOME/models/Qwen3-0.6B bash scripts/gpu_smoke.sh (or run bash scripts/gpu_smoke.sh --cpu without a GPU)}"
+    output_root="${OUTPUT_ROOT:-$HOME/dfpo_gpu_smoke}"
+    recipe=run_dfpo_min_replace_qwen3_0p6b.sh
+    model_path="$MODEL_PATH"
+    mode=gpu_smoke
+fi
 project=dfpo_gpu_smoke
 data_dir="$output_root/data"
 log_dir="$output_root/logs/$project"
@@ -27,29 +55,53 @@ results=()
 stage() {  # stage NAME COMMAND...: run COMMAND, record PASS/FAIL and its duration
     local name="$1" start=$SECONDS status
     shift
-    echo "==== gpu_smoke: $name" >&2
+    echo "==== $mode: $name" >&2
     if "$@"; then status=PASS; else status=FAIL; fi
     stages+=("$name")
     results+=("$status $((SECONDS - start)) s")
-    echo "==== gpu_smoke: $name: $status" >&2
+    echo "==== $mode: $name: $status" >&2
 }
 
 newest_log() {  # newest_log EXPERIMENT: the file log of the experiment's latest launch
     ls -t "$log_dir/$1".*.jsonl 2>/dev/null | head -n 1
 }
 
+doctor() {
+    local paths=(DATA_DIR="$data_dir" OUTPUT_ROOT="$output_root" NNODES=1)
+    if [[ "$cpu" == 1 ]]; then
+        # the tiny model is built by the next stage; a MODEL_PATH given is checked
+        [[ -z "${MODEL_PATH:-}" ]] || paths+=(MODEL_PATH="$MODEL_PATH")
+        env "${paths[@]}" "$python" -m dfpo.doctor --stack cpu
+    else
+        env "${paths[@]}" MODEL_PATH="$MODEL_PATH" "$python" -m dfpo.doctor
+    fi
+}
+
+data() {
+    if [[ "$cpu" == 1 ]]; then  # the toy data through data_prep and the tiny model, as the CPU recipes build them
+        "$python" -m dfpo.local.prepare --output-root "$output_root"
+    else
+        "$python" -c 'import sys; from pathlib import Path; from dfpo.local.toy_task import prepare_parquet; prepare_parquet(Path(sys.argv[1]))' "$data_dir"
+    fi
+}
+
 train() {  # train EXPERIMENT STEPS OLD_LOG_PROBS [hydra overrides...]
-    local experiment="$1" steps="$2" old="$3" log
+    local experiment="$1" steps="$2" old="$3" log numerics=bf16
     shift 3
+    local knobs=()
+    if [[ "$cpu" == 1 ]]; then
+        knobs=(ROLLOUT_NAME=vllm "GPUS_PER_NODE=${GPUS_PER_NODE:-1}")
+        numerics=fp32  # the CPU recipes run actor and vLLM in float32
+    fi
     rm -rf "$output_root/checkpoints/$project/$experiment"
-    OUTPUT_ROOT="$output_root" PROJECT_NAME="$project" EXPERIMENT_NAME="$experiment" \
+    env OUTPUT_ROOT="$output_root" PROJECT_NAME="$project" EXPERIMENT_NAME="$experiment" \
         TOTAL_TRAINING_STEPS="$steps" SAVE_FREQ="$steps" TEST_FREQ="$steps" RESUME_MODE=disable \
         TRAIN_FILES="$data_dir/arithmetic_train.parquet" VAL_FILES="$data_dir/arithmetic_test.parquet" \
-        MODEL_PATH="$MODEL_PATH" PYTHON="$python" \
-        bash "$repo_root/recipes/run_dfpo_min_replace_qwen3_0p6b.sh" "$@" || return 1
+        MODEL_PATH="$model_path" PYTHON="$python" "${knobs[@]}" \
+        bash "$repo_root/recipes/$recipe" "$@" || return 1
     log="$(newest_log "$experiment")"
     [[ -n "$log" ]] || { echo "no file log under $log_dir" >&2; return 1; }
-    "$python" -m dfpo.run_checks "$log" --steps "$steps" --dfpo --old-log-probs "$old"
+    "$python" -m dfpo.run_checks "$log" --steps "$steps" --dfpo --old-log-probs "$old" --rollout-numerics "$numerics"
 }
 
 merge() {
@@ -60,27 +112,34 @@ merge() {
 }
 
 evaluate() {
-    local model="$output_root/merged"
-    [[ -f "$model/config.json" ]] || { echo "no merged model: evaluating MODEL_PATH instead" >&2; model="$MODEL_PATH"; }
+    local model="$output_root/merged" backend_args=(--max-new-tokens 512 --gpu-memory-utilization 0.5)
+    [[ -f "$model/config.json" ]] || { echo "no merged model: evaluating $model_path instead" >&2; model="$model_path"; }
+    # on CPU: eager and float32 as the training ran (the KV cache: VLLM_CPU_KVCACHE_SPACE, else 1 GiB);
+    # the tiny model answers in about 10 tokens
+    [[ "$cpu" == 0 ]] || backend_args=(--max-new-tokens 16 --enforce-eager --dtype float32)
     "$python" -m dfpo.evaluation.generate --model "$model" --data "$data_dir/arithmetic_test.parquet" \
-        --output-dir "$output_root/eval" --backend vllm --k 2 --limit 2 --max-new-tokens 512 \
-        --chat-template-kwargs '{"enable_thinking": false}' --gpu-memory-utilization 0.5 --overwrite --no-progress &&
+        --output-dir "$output_root/eval" --backend vllm --k 2 --limit 2 "${backend_args[@]}" \
+        --chat-template-kwargs '{"enable_thinking": false}' --overwrite --no-progress &&
         [[ -f "$output_root/eval/summary.json" ]]
 }
 
-mkdir -p "$output_root"
+mkdir -p "$data_dir"
 cd "$repo_root" || exit 1
 rm -rf "$output_root/merged" "$output_root/eval"
-stage "environment (python -m dfpo.doctor)" env MODEL_PATH="$MODEL_PATH" DATA_DIR="$data_dir" OUTPUT_ROOT="$output_root" NNODES=1 \
-    "$python" -m dfpo.doctor
-stage "toy data (data_prep)" "$python" -c 'import sys; from pathlib import Path; from dfpo.local.toy_task import prepare_parquet; prepare_parquet(Path(sys.argv[1]))' "$data_dir"
+if [[ "$cpu" == 1 ]]; then
+    stage "environment (python -m dfpo.doctor --stack cpu)" doctor
+    stage "toy data and tiny model (dfpo.local.prepare)" data
+else
+    stage "environment (python -m dfpo.doctor)" doctor
+    stage "toy data (data_prep)" data
+fi
 stage "train DFPO 2 steps (vLLM rollout)" train dfpo 2 recomputed
 stage "train 1 step in rollout-correction bypass mode" train dfpo-bypass 1 rollout algorithm.rollout_correction.bypass_mode=true
 stage "merge the checkpoint (verl.model_merger)" merge
 stage "evaluate 2 problems (vLLM backend)" evaluate
 
 echo
-echo "gpu_smoke summary ($output_root):"
+echo "$mode summary ($output_root):"
 failed=0
 for i in "${!stages[@]}"; do
     printf '  %-50s %s\n' "${stages[$i]}" "${results[$i]}"

@@ -5,6 +5,9 @@
         --output-dir runs/qwen3_32b_dfpo_s0 --backend vllm --tensor-parallel-size 8 \\
         --preset qwen3-thinking --k 32 --seed 0
 
+With vLLM's CPU build the same command runs on CPU (``--enforce-eager`` and a 1 GiB KV cache
+are then the defaults; see ``backends/vllm_backend.py``).
+
 Problems are processed in chunks; while the scorer's worker processes score one chunk, the
 backend generates the next. Each finished problem is flushed to ``samples.jsonl`` at once, so
 the same command run again after an interruption skips the problems already done. The run's
@@ -169,7 +172,18 @@ def build_parser() -> argparse.ArgumentParser:
     vllm_group.add_argument("--tensor-parallel-size", type=int, default=1)
     vllm_group.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     vllm_group.add_argument("--max-model-len", type=int, help="prompt + response budget (default: the model's)")
-    vllm_group.add_argument("--enforce-eager", action="store_true")
+    vllm_group.add_argument(
+        "--enforce-eager",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="no CUDA graphs / no compilation (default: on with vLLM's CPU build, off on GPUs)",
+    )
+    vllm_group.add_argument(
+        "--kv-cache-gib",
+        type=float,
+        help="KV-cache size in GiB (vLLM's kv_cache_memory_bytes; default on GPUs: from "
+        "--gpu-memory-utilization; on CPU: VLLM_CPU_KVCACHE_SPACE, else 1)",
+    )
     vllm_group.add_argument(
         "--batch-invariant",
         action="store_true",
@@ -230,6 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "trust_remote_code": args.trust_remote_code,
             "enforce_eager": args.enforce_eager,
             "batch_invariant": args.batch_invariant,
+            "kv_cache_gib": args.kv_cache_gib,
         }
         chunk_size = args.chunk_size or 64
     else:

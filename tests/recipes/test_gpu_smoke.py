@@ -1,9 +1,13 @@
-"""scripts/gpu_smoke.sh end to end on CPU, with stand-ins for the GPU-only steps.
+"""scripts/gpu_smoke.sh: its GPU mode with stand-ins for the GPU-only steps, and its CPU mode
+(``--cpu``) for real.
 
 The stand-in interpreter answers ``-m dfpo.doctor``, ``-m dfpo.main`` (it writes the file log and
 checkpoint a 2-step run leaves, from the overrides the recipe really passed), ``-m
 verl.model_merger`` and ``-m dfpo.evaluation.generate``; everything else — the toy data through
 data_prep, ``python -m dfpo.run_checks`` on the log, the recipe and its launcher — runs for real.
+The last test runs ``bash scripts/gpu_smoke.sh --cpu`` with nothing stood in: the doctor, the
+tiny model and data, 2 DFPO steps and a bypass-mode step through verl's vLLM rollout on vLLM's
+CPU build, verl.model_merger and the vLLM evaluation backend on CPU (about 5 minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -14,9 +18,16 @@ import sys
 
 import pytest
 
+from dfpo.evaluation.run_store import read_manifest, read_samples
 from dfpo.run_checks import check_run
 from dfpo.verl_logs import read_file_log
+from tests.e2e.recipe_runs import run_command
 from tests.recipes.recipe_commands import REPO_ROOT
+
+STAGES = ("environment", "toy data", "train DFPO 2 steps", "bypass mode", "merge", "evaluate 2 problems")
+# The whole CPU mode on a quiet 2-core machine takes about 5 minutes (measured, see the test); far
+# beyond that something hangs.
+CPU_SMOKE_TIMEOUT_S = 900
 
 FAKE_PYTHON = """#!/usr/bin/env bash
 echo "$*" >> "$FAKE_CALLS"
@@ -40,10 +51,11 @@ args = dict(a.lstrip("+").split("=", 1) for a in sys.argv[1:])
 unquote = lambda v: v.strip("'")
 steps = int(args["trainer.total_training_steps"])
 bypass = args.get("algorithm.rollout_correction.bypass_mode") == "true"
+gap = 1e-4 if args.get("trainer.device") == "cpu" else 0.1  # fp32 on CPU, bf16 on GPUs
 with open(unquote(args["ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"]), "w") as log:
     for step in range(1, steps + 1):
         data = {"critic/score/mean": 0.25, "actor/grad_norm": 0.5, "actor/dfpo/cancellation_residual_after": 1e-9,
-                "actor/dfpo/old_log_probs_recomputed": 0.0 if bypass else 1.0, "training/rollout_probs_diff_max": 0.1}
+                "actor/dfpo/old_log_probs_recomputed": 0.0 if bypass else 1.0, "training/rollout_probs_diff_max": gap}
         log.write(json.dumps({"step": step, "data": data}) + "\\n")
 os.makedirs(os.path.join(unquote(args["trainer.default_local_dir"]), f"global_step_{steps}", "actor"))
 """
@@ -68,9 +80,14 @@ def smoke(tmp_path):
         "OUTPUT_ROOT": str(tmp_path / "smoke"),
     }
 
-    def run(**extra):
+    def run(*args, **extra):
         return subprocess.run(
-            ["bash", "scripts/gpu_smoke.sh"], cwd=REPO_ROOT, env={**env, **extra}, capture_output=True, text=True, timeout=300
+            ["bash", "scripts/gpu_smoke.sh", *args],
+            cwd=REPO_ROOT,
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
 
     return tmp_path, run
@@ -81,10 +98,11 @@ def test_gpu_smoke_runs_every_stage_and_passes(smoke):
     result = run()
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     summary = result.stdout.split("gpu_smoke summary", 1)[1]
-    for stage in ("environment", "toy data", "train DFPO 2 steps", "bypass mode", "merge", "evaluate 2 problems"):
+    for stage in STAGES:
         line = next(line for line in summary.splitlines() if stage in line)
         assert " PASS " in line, line
     calls = (tmp_path / "calls.txt").read_text().splitlines()
+    assert calls[0] == "-m dfpo.doctor"  # the GPU stack's checks
     trains = [c for c in calls if c.startswith("-m dfpo.main")]
     assert len(trains) == 2 and "algorithm.rollout_correction.bypass_mode=true" in trains[1]
     assert "trainer.total_training_steps=2" in trains[0] and "actor_rollout_ref.rollout.name=vllm" in trains[0]
@@ -108,7 +126,58 @@ def test_gpu_smoke_reports_a_failed_stage_and_keeps_going(smoke):
 def test_gpu_smoke_needs_a_model(smoke):
     _, run = smoke
     result = run(MODEL_PATH="")
-    assert result.returncode != 0 and "MODEL_PATH" in result.stderr
+    assert result.returncode != 0 and "MODEL_PATH" in result.stderr and "--cpu" in result.stderr
+    wrong = run("--gpu")
+    assert wrong.returncode == 2 and "unknown argument '--gpu'" in wrong.stderr
+
+
+def test_gpu_smoke_cpu_mode_passes_the_cpu_recipe_the_vllm_rollout_and_cpu_settings(smoke):
+    tmp_path, run = smoke
+    result = run("--cpu", MODEL_PATH="")  # no model needed: the tiny one is built
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    summary = result.stdout.split("gpu_smoke --cpu summary", 1)[1]
+    for stage in STAGES:
+        assert " PASS " in next(line for line in summary.splitlines() if stage in line)
+    calls = (tmp_path / "calls.txt").read_text().splitlines()
+    assert calls[0] == "-m dfpo.doctor --stack cpu"
+    assert any(c.startswith("-m dfpo.local.prepare --output-root") for c in calls)  # the tiny model and the data
+    trains = [c for c in calls if c.startswith("-m dfpo.main")]
+    assert len(trains) == 2 and "algorithm.rollout_correction.bypass_mode=true" in trains[1]
+    model = f"actor_rollout_ref.model.path={tmp_path}/smoke/models/tiny_qwen3_cpu"
+    for train in trains:
+        assert "actor_rollout_ref.rollout.name=vllm" in train and "trainer.device=cpu" in train
+        assert "trainer.n_gpus_per_node=1" in train and model in train.replace("'", "")
+    assert "PASS  rollout log-probs match the actor's (fp32 bound" in result.stdout
+    evaluate = next(c for c in calls if c.startswith("-m dfpo.evaluation.generate"))
+    assert "--backend vllm" in evaluate and "--enforce-eager" in evaluate and "--dtype float32" in evaluate
+    assert "--gpu-memory-utilization" not in evaluate and f"--model {tmp_path}/smoke/merged" in evaluate
+    assert (tmp_path / "smoke" / "models" / "tiny_qwen3_cpu" / "config.json").is_file()
+
+
+@pytest.mark.slow
+def test_gpu_smoke_cpu_mode_runs_every_stage_for_real(tmp_path):
+    output_root = tmp_path / "smoke"
+    run = run_command(
+        ["bash", "scripts/gpu_smoke.sh", "--cpu"],
+        {"OUTPUT_ROOT": str(output_root), "PYTHON": sys.executable},
+        timeout_s=CPU_SMOKE_TIMEOUT_S,
+    )
+    assert run.returncode == 0, run.tail(150)
+    print(f"bash scripts/gpu_smoke.sh --cpu: {run.seconds:.0f} s")
+    summary = run.output.split("gpu_smoke --cpu summary", 1)[1]
+    for stage in STAGES:
+        assert " PASS " in next(line for line in summary.splitlines() if stage in line)
+    assert "[  ok] vLLM: 0.24.0+cpu on cpu" in run.output  # the doctor saw vLLM's CPU build
+    assert "(vLLMHttpServer pid=" in run.output, "training was not served by verl's vLLMHttpServer"
+    assert "PASS  old log-probs recomputed" in run.output and "PASS  old log-probs rollout" in run.output
+    assert run.output.count("PASS  DFPO cancels the shared-token gradient") == 2
+    assert (output_root / "merged" / "config.json").is_file()
+    manifest = read_manifest(output_root / "eval")
+    assert manifest["model"] == str((output_root / "merged").resolve())
+    backend = manifest["backend"]
+    assert (backend["name"], backend["device"], backend["enforce_eager"], backend["dtype"]) == ("vllm", "cpu", True, "float32")
+    records = read_samples(output_root / "eval")
+    assert len(records) == 4 and all(r["reason"] and r["num_tokens"] > 0 for r in records)
 
 
 def test_run_checks_fail_a_run_that_trained_no_steps_or_skipped_the_recompute(tmp_path):

@@ -1,5 +1,5 @@
-"""vLLM backend (GPU, tensor parallel), written against vllm 0.24 (the version verl 0.9.1's
-``verl[vllm]`` extra pins).
+"""vLLM backend (GPU, tensor parallel; CPU with vLLM's CPU build), written against vllm 0.24
+(the version verl 0.9.1's ``verl[vllm]`` extra pins).
 
 Every sample is its own request with its own seed (``SamplingParams(n=1, seed=...)``), so the
 random draws of a sample depend only on its recorded seed. The logits themselves depend on
@@ -14,12 +14,24 @@ Prefix caching shares the prompt's KV cache between the k requests of a problem.
 rendered with the model's Hugging Face tokenizer and chat template (the same code path as the
 transformers backend) and passed to vLLM as token ids. vLLM rejects temperatures above 2, so
 such a setting is refused before the model is loaded.
+
+On CPU (vLLM's CPU build, ``vllm.platforms.current_platform.is_cpu()``) three settings have no
+GPU meaning, and what is not given is chosen here (GPU runs keep vLLM's own defaults):
+
+* ``enforce_eager``: on by default (no CUDA graphs on CPU; without it vLLM compiles the model
+  with inductor, minutes on a small machine);
+* the KV cache: ``kv_cache_gib`` GiB, else ``VLLM_CPU_KVCACHE_SPACE`` (GiB, read by vLLM
+  itself), else :data:`CPU_DEFAULT_KV_CACHE_GIB`. vLLM's GPU rule (``gpu_memory_utilization`` of
+  the machine's whole memory) would claim 90 % of the host's RAM;
+* ``dtype="auto"`` is the checkpoint's own dtype, as the transformers backend loads it. vLLM's
+  ``auto`` casts a float32 checkpoint to bfloat16, so the two backends would sample from
+  different numbers.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dfpo.evaluation.backends import Completion, GenerationRequest
@@ -27,14 +39,19 @@ from dfpo.evaluation.chat_prompt import render_prompt_ids
 from dfpo.evaluation.sampling import SamplingConfig
 
 VLLM_MISSING = (
-    "the vllm backend needs vLLM on a GPU machine: pip install 'verl[vllm]==0.9.1' "
-    "(vllm 0.24.0); on a machine without vLLM use --backend transformers"
+    "the vllm backend needs vLLM: on a GPU machine pip install -r requirements.txt (vllm 0.24.0), "
+    "on CPU bash scripts/setup_env.sh (vLLM 0.24.0's CPU build, docs/install.md); "
+    "or use --backend transformers"
 )
 
 
 BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
 MAX_TEMPERATURE = 2.0
 """vLLM's SamplingParams refuses a larger temperature."""
+CPU_KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
+CPU_DEFAULT_KV_CACHE_GIB = 1.0
+"""KV cache of a CPU engine when neither ``kv_cache_gib`` nor ``VLLM_CPU_KVCACHE_SPACE`` is set."""
+GIB = 1 << 30
 
 
 def check_vllm_sampling(sampling: SamplingConfig) -> None:
@@ -51,6 +68,46 @@ def batch_invariant_enabled() -> bool:
     return os.environ.get(BATCH_INVARIANT_ENV, "0") == "1"
 
 
+def vllm_device() -> str:
+    """The device type of the platform vLLM found: ``"cpu"`` for its CPU build, ``"cuda"`` on GPUs."""
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:  # a vLLM without the platforms module (older or stand-in): GPU semantics
+        return "cuda"
+    return "cpu" if current_platform.is_cpu() else str(current_platform.device_type)
+
+
+def cpu_kv_cache_gib(requested: float | None, environ: Mapping[str, str] = os.environ) -> float:
+    """The KV cache of a CPU engine in GiB: ``requested``, else ``VLLM_CPU_KVCACHE_SPACE``, else 1 GiB.
+
+    vLLM overrides its engine argument with ``VLLM_CPU_KVCACHE_SPACE`` when that is set, so a
+    request that disagrees with the variable is refused rather than silently ignored."""
+    env = environ.get(CPU_KV_CACHE_ENV, "")
+    if env:
+        try:
+            from_env = float(int(env))
+        except ValueError:
+            raise ValueError(f"{CPU_KV_CACHE_ENV}={env!r} must be a whole number of GiB (vLLM reads it as one)") from None
+        if requested is not None and requested != from_env:
+            raise ValueError(
+                f"--kv-cache-gib {requested:g} disagrees with {CPU_KV_CACHE_ENV}={env}, which vLLM's CPU "
+                f"build applies instead; unset {CPU_KV_CACHE_ENV} or pass --kv-cache-gib {env}"
+            )
+        return from_env
+    return CPU_DEFAULT_KV_CACHE_GIB if requested is None else float(requested)
+
+
+def checkpoint_dtype(model_path: str, trust_remote_code: bool = False) -> str | None:
+    """The dtype a checkpoint's config declares (``float32``, ``bfloat16``, ...), or None."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+    declared = getattr(config, "dtype", None)
+    if declared is None:
+        return None
+    return str(declared).removeprefix("torch.")
+
+
 class VLLMBackend:
     """Sample with ``vllm.LLM.generate``."""
 
@@ -63,10 +120,13 @@ class VLLMBackend:
         max_model_len: int | None = None,
         dtype: str = "auto",
         trust_remote_code: bool = False,
-        enforce_eager: bool = False,
+        enforce_eager: bool | None = None,
         batch_invariant: bool = False,
+        kv_cache_gib: float | None = None,
     ) -> None:
         check_vllm_sampling(sampling)
+        if kv_cache_gib is not None and kv_cache_gib <= 0:
+            raise ValueError(f"kv_cache_gib must be > 0, got {kv_cache_gib} (--kv-cache-gib)")
         if batch_invariant:
             os.environ[BATCH_INVARIANT_ENV] = "1"  # read by vLLM when it is imported and the engine built
         try:
@@ -75,10 +135,18 @@ class VLLMBackend:
             raise ImportError(VLLM_MISSING) from exc
         from transformers import AutoTokenizer
 
+        self.device = vllm_device()
+        if self.device == "cpu":
+            enforce_eager = True if enforce_eager is None else enforce_eager
+            kv_cache_gib = cpu_kv_cache_gib(kv_cache_gib)
+            if dtype == "auto":
+                dtype = checkpoint_dtype(model_path, trust_remote_code) or "auto"
         self.sampling = sampling
         self.tensor_parallel_size = tensor_parallel_size
         self.max_model_len = max_model_len
         self.dtype = dtype
+        self.enforce_eager = bool(enforce_eager)
+        self.kv_cache_gib = kv_cache_gib
         self.vllm_version = getattr(vllm, "__version__", "unknown")
         self.tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
         engine_args: dict[str, Any] = {
@@ -88,10 +156,12 @@ class VLLMBackend:
             "dtype": dtype,
             "trust_remote_code": trust_remote_code,
             "enable_prefix_caching": True,
-            "enforce_eager": enforce_eager,
+            "enforce_eager": self.enforce_eager,
         }
         if max_model_len is not None:
             engine_args["max_model_len"] = max_model_len
+        if kv_cache_gib is not None:
+            engine_args["kv_cache_memory_bytes"] = int(kv_cache_gib * GIB)
         self.llm = vllm.LLM(**engine_args)
         self._sampling_params_cls = vllm.SamplingParams
 
@@ -100,9 +170,12 @@ class VLLMBackend:
         return {
             "name": "vllm",
             "vllm_version": self.vllm_version,
+            "device": self.device,
             "tensor_parallel_size": self.tensor_parallel_size,
             "max_model_len": self.max_model_len,
             "dtype": self.dtype,
+            "enforce_eager": self.enforce_eager,
+            "kv_cache_gib": self.kv_cache_gib,
             "batch_invariant": batch_invariant_enabled(),
         }
 
