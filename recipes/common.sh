@@ -172,6 +172,32 @@ dfpo_method_overrides() {
     esac
 }
 
+# Keys of ray.init that Ray refuses when the driver connects to a running cluster ("When connecting
+# to an existing cluster, num_cpus and num_gpus must not be provided", and the same for these):
+# there, every node's CPUs, GPUs and object store are what its `ray start` gave it.
+DFPO_RAY_INIT_NODE_KEYS="num_cpus num_gpus resources labels object_store_memory _system_config"
+
+# dfpo_cluster_model_overrides: DFPO_MODEL_OVERRIDES = MODEL_OVERRIDES, less the ray_init keys of
+# DFPO_RAY_INIT_NODE_KEYS when RAY_ADDRESS names a running cluster (scripts/launch/ray_cluster.sh,
+# `ray job submit` and SLURM runs set it). A CPU model file sizes a local Ray with them.
+dfpo_cluster_model_overrides() {
+    local override key dropped=()
+    DFPO_MODEL_OVERRIDES=()
+    for override in "${MODEL_OVERRIDES[@]}"; do
+        if [[ -n "${RAY_ADDRESS:-}" && "${RAY_ADDRESS}" != local && "$override" =~ ^\+*ray_kwargs\.ray_init\.([A-Za-z_]+)[.=] ]]; then
+            key="${BASH_REMATCH[1]}"
+            if [[ " $DFPO_RAY_INIT_NODE_KEYS " == *" $key "* ]]; then
+                dropped+=("$override")
+                continue
+            fi
+        fi
+        DFPO_MODEL_OVERRIDES+=("$override")
+    done
+    if [[ ${#dropped[@]} -gt 0 ]]; then
+        echo "dfpo recipe: RAY_ADDRESS=$RAY_ADDRESS is a running cluster: its nodes' resources are their ray start's, so not passing ${dropped[*]}" >&2
+    fi
+}
+
 # dfpo_check_local_path WHAT PATH: fail when PATH is local and missing (hdfs:// and the like pass).
 dfpo_check_local_path() {
     local what="$1" path="$2"
@@ -463,7 +489,8 @@ dfpo_launch() {
     fi
     overrides+=("${DFPO_METHOD_OVERRIDES[@]}")
     if declare -p MODEL_OVERRIDES >/dev/null 2>&1; then
-        overrides+=("${MODEL_OVERRIDES[@]}")
+        dfpo_cluster_model_overrides
+        overrides+=("${DFPO_MODEL_OVERRIDES[@]}")
     fi
     overrides+=("${mode_overrides[@]}")  # after the model file's (its checkpoint engine is for sync)
 

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Install the system packages the code-reward sandbox uses (Debian/Ubuntu), idempotently.
+# Install the system packages the code-reward sandbox and the tests use (Debian/Ubuntu), idempotently.
 #
 #   bubblewrap  -> /usr/bin/bwrap            (strongest isolation level, see reward/sandbox/)
-#   util-linux  -> prlimit, unshare, setpriv (resource limits; the "unshare" fallback level)
+#   util-linux  -> prlimit, unshare, setpriv (resource limits; the "unshare" fallback level),
+#                  setsid (scripts/launch/ray_cluster.sh starts Ray in a session of its own)
 #   python3     -> /usr/bin/python3          (an interpreter the unprivileged sandbox user can run)
+#   shellcheck  -> /usr/bin/shellcheck       (tests/recipes/test_launch_multi_node.py lints scripts/launch/)
 #
 # Fast when everything is present (no apt call at all). Works as root without sudo; uses sudo
 # when not root and sudo is available. Exits non-zero with a clear message when something is
@@ -21,6 +23,8 @@ declare -A PACKAGE_FOR=(
   [/usr/bin/unshare]=util-linux
   [/usr/bin/setpriv]=util-linux
   [/usr/bin/python3]=python3-minimal
+  [/usr/bin/setsid]=util-linux
+  [/usr/bin/shellcheck]=shellcheck
 )
 
 missing_packages=()
@@ -34,7 +38,7 @@ for path in "${!PACKAGE_FOR[@]}"; do
 done
 
 if [[ ${#missing_packages[@]} -eq 0 ]]; then
-  echo "install_system_deps: nothing to install (bwrap, prlimit, unshare, setpriv, python3 present)"
+  echo "install_system_deps: nothing to install (bwrap, prlimit, unshare, setpriv, setsid, python3, shellcheck present)"
   exit 0
 fi
 

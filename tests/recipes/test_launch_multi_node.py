@@ -1,10 +1,17 @@
-"""Multi-node runs: checkpoints on shared storage, and the two launches verl's examples ship
-(`ray job submit`, SLURM sbatch), run here with stand-ins for ray, srun and scontrol."""
+"""Multi-node runs: checkpoints on shared storage, the Ray launcher of every node
+(scripts/launch/ray_cluster.sh: the token, its own session, stop by process id) and the two launches
+verl's examples ship (`ray job submit`, SLURM sbatch), run here with stand-ins for ray, srun and
+scontrol. The real 2-node Ray cluster is tests/e2e/test_multi_node_cpu.py."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
 import subprocess
+
+import psutil
 
 from tests.recipes.recipe_commands import REPO_ROOT, recipe_env, run_recipe
 from tests.recipes.test_recipes_launcher import run_setup  # noqa: F401  (the fixture)
@@ -51,14 +58,25 @@ def _stand_in(directory, name, body):
     path.chmod(0o755)
 
 
+def _token(home, mode=0o600):
+    path = home / ".ray" / "auth_token"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("f" * 64)
+    path.chmod(mode)
+    return path
+
+
 def test_ray_job_submit_sends_the_recipe_and_the_exported_knobs(tmp_path):
-    _stand_in(tmp_path, "ray", 'printf "%s\\n" "$@" > "$FAKE_RAY_ARGS"\n')
+    _stand_in(tmp_path, "ray", 'printf "%s\\n" "$@" > "$FAKE_RAY_ARGS"\necho "$RAY_AUTH_MODE" > "$FAKE_RAY_ARGS.auth"\n')
+    _token(tmp_path)
     env = {
         "PATH": f"{tmp_path}:/usr/bin:/bin",
         "HOME": str(tmp_path),
         "RAY_ADDRESS": "http://head:8265",
         "MODEL_PATH": "/shared/models/Qwen3-32B",
         "SEED": "3",
+        "TRAINER_MODE": "colocate_async",
+        "SUBMISSION_ID": "dfpo-test-1",
         "UNRELATED_SECRET": "x",
         "FAKE_RAY_ARGS": str(tmp_path / "ray_args.txt"),
     }
@@ -71,12 +89,27 @@ def test_ray_job_submit_sends_the_recipe_and_the_exported_knobs(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     args = (tmp_path / "ray_args.txt").read_text().splitlines()
-    assert args[:3] == ["job", "submit", "--address=http://head:8265"]
+    assert args[:4] == ["job", "submit", "--address=http://head:8265", "--submission-id=dfpo-test-1"]
     runtime_env = json.loads(next(a for a in args if a.startswith("--runtime-env-json=")).split("=", 1)[1])
-    assert runtime_env["env_vars"] == {"MODEL_PATH": "/shared/models/Qwen3-32B", "SEED": "3"}
+    assert runtime_env["env_vars"] == {"MODEL_PATH": "/shared/models/Qwen3-32B", "SEED": "3", "TRAINER_MODE": "colocate_async"}
     entrypoint = args[args.index("--") + 1 :]
     assert entrypoint[:2] == ["bash", "-c"]
     assert entrypoint[2] == f"cd {REPO_ROOT} && bash {REPO_ROOT}/recipes/{SCRIPT} trainer.total_training_steps=5"
+    # token authentication by default (the clusters of ray_cluster.sh have it); the token stays in its file
+    assert (tmp_path / "ray_args.txt.auth").read_text().strip() == "token"
+    assert "f" * 64 not in result.stdout + result.stderr + "\n".join(args)
+    assert "ray job logs --follow dfpo-test-1" in result.stderr
+
+
+def test_ray_job_submit_forwards_every_knob_the_recipes_read():
+    """Every variable recipes/common.sh and the model files read, but for the launcher's own."""
+    text = "\n".join(p.read_text() for p in [REPO_ROOT / "recipes" / "common.sh", *(REPO_ROOT / "recipes" / "models").glob("*.sh")])
+    read = set(re.findall(r"\$\{([A-Z][A-Z0-9_]*)", text))
+    internal = {"BASH_SOURCE", "DFPO_METHODS", "DFPO_METHOD_OVERRIDES", "DFPO_MODEL_OVERRIDES", "MODEL_NAME", "MODEL_OVERRIDES",
+                "RAY_ADDRESS", "RAY_LOGICAL_GPUS", "DRY_RUN", "HOME", "VAR", "DFPO_RAY_INIT_NODE_KEYS", "BASH_REMATCH"}
+    pattern = re.search(r"knob_pattern='([^']+)'", (LAUNCH / "ray_job_submit.sh").read_text()).group(1)
+    missing = sorted(name for name in read - internal if not re.match(pattern, name))
+    assert not missing, f"ray_job_submit.sh does not pass {missing} to the job"
 
 
 def test_ray_job_submit_needs_the_cluster_address():
@@ -86,14 +119,120 @@ def test_ray_job_submit_needs_the_cluster_address():
     assert result.returncode != 0 and "RAY_ADDRESS" in result.stderr
 
 
-def test_slurm_script_starts_ray_on_every_node_then_the_recipe_on_the_head(tmp_path):
+def test_ray_job_submit_names_the_missing_token_file(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RAY_ADDRESS": "http://head:8265"}
+    result = subprocess.run(["bash", str(LAUNCH / "ray_job_submit.sh"), f"recipes/{SCRIPT}"], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    assert result.returncode == 1
+    assert f"no Ray token file at {tmp_path}/.ray/auth_token" in result.stderr and "RAY_AUTH_TOKEN_PATH" in result.stderr
+
+
+def _launcher(args, tmp_path, **env):
+    base = {"PATH": f"{tmp_path}:/usr/bin:/bin", "HOME": str(tmp_path), "RAY": str(tmp_path / "ray"), "DFPO_RAY_DIR": str(tmp_path / "node")}
+    return subprocess.run(["bash", str(LAUNCH / "ray_cluster.sh"), *args], cwd=REPO_ROOT, env={**base, **env}, capture_output=True, text=True, timeout=60)
+
+
+def test_launcher_token_is_created_private_and_never_printed(tmp_path):
+    result = _launcher(["token"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    token_file = tmp_path / ".ray" / "auth_token"
+    assert result.stdout.strip() == str(token_file)
+    assert oct(token_file.stat().st_mode & 0o777) == "0o600"
+    token = token_file.read_text()
+    assert re.fullmatch(r"[0-9a-f]{64}", token)
+    assert token not in result.stdout + result.stderr
+    # a second call keeps it; a token file others can read is made private
+    token_file.chmod(0o644)
+    again = _launcher(["token"], tmp_path)
+    assert again.returncode == 0 and token_file.read_text() == token
+    assert oct(token_file.stat().st_mode & 0o777) == "0o600" and "made it 0600" in again.stderr
+
+
+def test_launcher_worker_without_the_token_says_how_to_get_it(tmp_path):
+    _stand_in(tmp_path, "ray", "exit 0\n")
+    result = _launcher(["worker", "10.0.0.1:6379"], tmp_path, RAY_AUTH_TOKEN_PATH=str(tmp_path / "shared" / "token"))
+    assert result.returncode == 1
+    assert f"no Ray token file at {tmp_path}/shared/token" in result.stderr and "scp -p" in result.stderr
+    assert not (tmp_path / "node" / "ray.pid").exists()
+
+
+def test_launcher_refuses_a_token_in_the_environment(tmp_path):
+    _stand_in(tmp_path, "ray", "exit 0\n")
+    result = _launcher(["head"], tmp_path, RAY_AUTH_TOKEN="0" * 64)
+    assert result.returncode == 1 and "RAY_AUTH_TOKEN_PATH" in result.stderr and "0" * 64 not in result.stderr
+
+
+def test_launcher_starts_ray_in_its_own_session_and_stops_only_that(tmp_path):
+    # a stand-in `ray start --block`: says it is up, then blocks until SIGTERM (as Ray does)
+    _stand_in(
+        tmp_path,
+        "ray",
+        'echo "$* RAY_AUTH_MODE=$RAY_AUTH_MODE RAY_AUTH_TOKEN_PATH=$RAY_AUTH_TOKEN_PATH" >> "$HOME/calls.txt"\n'
+        'echo "Ray runtime started."\ntrap "exit 0" TERM\nwhile true; do sleep 0.1; done\n',
+    )
+    bystander = subprocess.Popen(["sleep", "60"])  # another Ray on the machine, say: left alone
+    try:
+        started = _launcher(["head", "--num-cpus=4"], tmp_path, GPUS_PER_NODE="2", DFPO_RAY_NODE_IP="10.0.0.1", DFPO_RAY_PORT="7000")
+        assert started.returncode == 0, started.stderr
+        assert "bash scripts/launch/ray_cluster.sh worker 10.0.0.1:7000" in started.stdout
+        assert "export RAY_ADDRESS=10.0.0.1:7000 RAY_AUTH_MODE=token" in started.stdout
+        pid = int((tmp_path / "node" / "ray.pid").read_text())
+        assert os.getsid(pid) == pid  # its own session: a closed terminal does not end it
+        call = (tmp_path / "calls.txt").read_text()
+        assert call.startswith("start --head --port=7000 --dashboard-host=10.0.0.1 --dashboard-port=8265 --num-gpus=2 --node-ip-address=10.0.0.1")
+        assert "--num-cpus=4 --block" in call and f"RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH={tmp_path}/.ray/auth_token" in call
+        again = _launcher(["head"], tmp_path)
+        assert again.returncode == 1 and f"already running here (pid {pid}" in again.stderr
+        stopped = _launcher(["stop"], tmp_path)
+        assert stopped.returncode == 0 and f"stopped Ray (pid {pid})" in stopped.stderr
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        assert bystander.poll() is None
+        assert "no Ray started by this launcher" in _launcher(["stop"], tmp_path).stderr
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_launcher_reports_a_node_that_does_not_come_up(tmp_path):
+    _token(tmp_path)
+    _stand_in(tmp_path, "ray", 'echo "could not connect to 10.0.0.1:6379" >&2\nexit 1\n')
+    result = _launcher(["worker", "10.0.0.1:6379"], tmp_path)
+    assert result.returncode == 1
+    assert "could not connect to 10.0.0.1:6379" in result.stderr and "exited before the node was up" in result.stderr
+
+
+def test_slurm_script_starts_the_launcher_on_every_node_then_the_recipe_on_the_head(tmp_path):
+    """The node roles with the SLURM variables of a 3-node allocation: srun runs each step here,
+    with a stand-in `ray` whose `status` lists the nodes started so far."""
     log = tmp_path / "calls.txt"
     _stand_in(tmp_path, "scontrol", 'printf "gpu-a\\ngpu-b\\ngpu-c\\n"\n')
-    _stand_in(tmp_path, "srun", f'echo "srun $*" >> {log}\nif [[ "$*" == *hostname* ]]; then echo 10.0.0.1; fi\n')
-    _stand_in(tmp_path, "ray", f'echo "ray $*" >> {log}\nif [[ "$1" == status ]]; then printf " 1 node_a\\n 1 node_b\\n 1 node_c\\n"; fi\n')
+    _stand_in(
+        tmp_path,
+        "srun",
+        f'echo "srun $*" >> {log}\n'
+        'while [[ "$1" == -* ]]; do if [[ "$1" == -w ]]; then node="$2"; shift; fi; shift; done\n'
+        'if [[ "$1" == hostname ]]; then echo 10.0.0.1; exit 0; fi\n'
+        f'DFPO_RAY_DIR={tmp_path}/ray-$node FAKE_NODE="$node" exec "$@"\n',
+    )
+    _stand_in(
+        tmp_path,
+        "ray",
+        f'if [[ "$1" == start ]]; then echo "ray $* on $FAKE_NODE auth=$RAY_AUTH_MODE token_env=${{RAY_AUTH_TOKEN:-}}" >> {log}; exit 0; fi\n'
+        f'if [[ "$1" == status ]]; then echo "ray $*" >> {log}; echo Active:; grep -c "^ray start" {log} | xargs -I{{}} seq {{}} | sed "s/^/ 1 node_/"; echo; fi\n',
+    )
     recipe = tmp_path / "recipe.sh"
-    recipe.write_text(f'echo "recipe NNODES=$NNODES GPUS_PER_NODE=$GPUS_PER_NODE RAY_ADDRESS=$RAY_ADDRESS $*" >> {log}\n')
-    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "SLURM_JOB_NODELIST": "gpu-[a-c]", "SLURM_GPUS_ON_NODE": "8", "RAY_START_WAIT_S": "0"}
+    recipe.write_text(
+        f'echo "recipe NNODES=$NNODES GPUS_PER_NODE=$GPUS_PER_NODE RAY_ADDRESS=$RAY_ADDRESS RAY_AUTH_MODE=$RAY_AUTH_MODE '
+        f'RAY_AUTH_TOKEN_PATH=$RAY_AUTH_TOKEN_PATH $*" >> {log}\n'
+    )
+    env = {
+        "PATH": f"{tmp_path}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "RAY": str(tmp_path / "ray"),
+        "SLURM_JOB_NODELIST": "gpu-[a-c]",
+        "SLURM_GPUS_ON_NODE": "8",
+        "SLURM_SUBMIT_DIR": str(REPO_ROOT),
+        "DFPO_RAY_POLL_S": "0.2",
+    }
     result = subprocess.run(
         ["bash", str(LAUNCH / "slurm_dfpo.sbatch"), str(recipe), "trainer.save_freq=5"],
         cwd=REPO_ROOT,
@@ -104,17 +243,44 @@ def test_slurm_script_starts_ray_on_every_node_then_the_recipe_on_the_head(tmp_p
     )
     assert result.returncode == 0, result.stderr
     calls = log.read_text().splitlines()
-    starts = [c for c in calls if c.startswith("srun") and "ray start" in c]
-    assert any("-w gpu-a ray start --head --node-ip-address=10.0.0.1 --port=6379 --num-gpus=8" in c for c in starts)
-    assert {c.split("-w ")[1].split()[0] for c in starts if "--address=10.0.0.1:6379" in c} == {"gpu-b", "gpu-c"}
-    recipe_line = "recipe NNODES=3 GPUS_PER_NODE=8 RAY_ADDRESS=10.0.0.1:6379 trainer.save_freq=5"
-    assert recipe_line in calls  # (the background ray starts may log after it)
-    assert any(c.startswith("ray status") for c in calls[: calls.index(recipe_line)]), "the recipe ran before the nodes joined"
+    starts = [c for c in calls if c.startswith("ray start")]
+    assert starts[0].startswith("ray start --head --port=6379 --dashboard-host=10.0.0.1 --dashboard-port=8265 --num-gpus=8 --node-ip-address=10.0.0.1")
+    assert starts[0].endswith("--block on gpu-a auth=token token_env=")
+    workers = starts[1:]
+    assert sorted(c.split(" on ")[1].split()[0] for c in workers) == ["gpu-b", "gpu-c"]
+    assert all(c.startswith("ray start --address=10.0.0.1:6379 --num-gpus=8") and "auth=token token_env=" in c for c in workers)
+    token_file = tmp_path / ".ray" / "auth_token"
+    assert oct(token_file.stat().st_mode & 0o777) == "0o600"
+    recipe_line = f"recipe NNODES=3 GPUS_PER_NODE=8 RAY_ADDRESS=10.0.0.1:6379 RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH={token_file} trainer.save_freq=5"
+    assert recipe_line in calls
+    before = calls[: calls.index(recipe_line)]
+    assert all(start in before for start in starts), "the recipe ran before every node had started"
+    assert any(c.startswith("ray status --address=10.0.0.1:6379") for c in before)
+    assert token_file.read_text() not in log.read_text() + result.stderr + result.stdout
 
 
-def test_launch_scripts_parse_and_hold_no_cluster_paths():
+def test_launch_scripts_parse_are_shellcheck_clean_and_hold_no_cluster_paths():
+    shellcheck = shutil.which("shellcheck")
+    assert shellcheck, "shellcheck is not installed: run scripts/install_system_deps.sh (Debian package shellcheck)"
     for path in LAUNCH.iterdir():
         assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0, path
+        checked = subprocess.run([shellcheck, "--shell=bash", str(path)], capture_output=True, text=True)
+        assert checked.returncode == 0, checked.stdout
         text = path.read_text()
-        for forbidden in ("/mnt/", "/cpfs", "/nas/", "conda activate", "--output=/", "API_KEY"):
-            assert forbidden not in text, f"{path.name} hard-codes {forbidden}"
+        for forbidden in ("/mnt/", "/cpfs", "/nas/", "conda activate", "--output=/", "API_KEY", "ray stop"):
+            lines = [line for line in text.splitlines() if forbidden in line and not line.lstrip().startswith("#")]
+            assert not lines, f"{path.name} uses {forbidden}: {lines}"
+
+
+def test_a_driver_joining_a_running_cluster_does_not_size_ray(tmp_path):
+    """Ray refuses ray.init(num_cpus/num_gpus/object_store_memory) when it connects to a cluster:
+    with RAY_ADDRESS set the CPU recipe leaves the nodes' resources to their ray start."""
+    base = recipe_env(OUTPUT_ROOT=str(tmp_path), NNODES="2", GPUS_PER_NODE="1")
+    local = run_recipe("run_dfpo_min_replace_tiny_cpu.sh", env=base)
+    joined = run_recipe("run_dfpo_min_replace_tiny_cpu.sh", env={**base, "RAY_ADDRESS": "10.0.0.1:6379"})
+    assert local.returncode == 0 and joined.returncode == 0, joined.stderr
+    for key in ("num_gpus", "num_cpus", "object_store_memory"):
+        assert f"ray_kwargs.ray_init.{key}=" in local.stdout
+        assert f"ray_kwargs.ray_init.{key}=" not in joined.stdout
+    assert "ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM" in joined.stdout
+    assert "is a running cluster" in joined.stderr

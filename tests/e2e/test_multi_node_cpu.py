@@ -1,0 +1,449 @@
+"""Multi-node for real: a 2-node Ray cluster on this machine, the tiny DFPO recipe across it.
+
+Two Ray nodes on one machine are two raylets, each with its own temp dir, ports and one logical
+GPU, started by ``scripts/launch/ray_cluster.sh`` exactly as docs/recipes.md ("Multi-node") tells
+a user to start them on two machines: ``head`` on node 0, ``worker <head>:<port>`` on the other,
+``wait <head>:<port> 2``, the recipe on the head with ``RAY_ADDRESS`` and ``RAY_AUTH_MODE=token``
+exported, ``scripts/launch/ray_job_submit.sh`` for the same recipe as a Ray job, then ``stop`` on
+every node. The token file is the one a user without shared home directories would use
+(``RAY_AUTH_TOKEN_PATH``), so the user's own ``~/.ray/auth_token`` is never touched.
+
+What a multi-node run must get right, checked here: one FSDP rank on each node (Ray's actor
+table), dfpo's verl plugin and ``VERL_PLATFORM=cpu`` in every process of both nodes that runs
+verl (a probe, ``tests/e2e/process_probe/sitecustomize.py``, records each one), the checkpoint
+shards of both ranks under the one ``OUTPUT_ROOT``, resume at the next step, the same recipe
+through ``ray job submit`` with the knobs in the job's runtime environment, followed to
+completion, the token never in a log, a process's arguments or environment, and both nodes
+stopped by the launcher with every process they started gone. Whatever is left at the end is
+ended by its process id (other Ray clusters on the machine are left alone).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.e2e.recipe_runs import REPO_ROOT, RecipeRun, _end_processes, file_log_steps, run_command, run_recipe
+
+pytestmark = pytest.mark.slow
+
+LAUNCHER = REPO_ROOT / "scripts" / "launch" / "ray_cluster.sh"
+JOB_SUBMIT = REPO_ROOT / "scripts" / "launch" / "ray_job_submit.sh"
+PROBE = REPO_ROOT / "tests" / "e2e" / "process_probe"
+RECIPE = "run_dfpo_min_replace_tiny_cpu.sh"
+EXPERIMENT = "dfpo_min_replace-tiny_cpu-g8-seed1"
+JOB_EXPERIMENT = "multi-node-job"
+RUN_TIMEOUT_S = 600
+LAUNCH_TIMEOUT_S = 240
+NODE_PORTS = 8  # node manager, object manager, agent (2), runtime env agent, metrics, client server, spare
+WORKER_PORTS = 200  # each node's own worker port range
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port_block(size: int) -> int:
+    """The first port of ``size`` consecutive free ports below Linux's ephemeral range."""
+    for _ in range(200):
+        base = random.randrange(20000, 32000 - size)
+        if all(_port_is_free(port) for port in range(base, base + size)):
+            return base
+    raise RuntimeError(f"no {size} consecutive free ports between 20000 and 32000")
+
+
+@dataclass
+class Node:
+    name: str
+    ray_dir: Path
+    temp_dir: Path
+    ray_start_args: list[str]
+    pid: int = 0
+
+
+@dataclass
+class Cluster:
+    address: str
+    dashboard: str
+    token_file: Path
+    output_root: Path
+    probe_records: Path
+    client_env: dict[str, str]
+    head: Node
+    worker: Node
+    launcher_output: list[str] = field(default_factory=list)
+    runs: dict[str, RecipeRun] = field(default_factory=dict)
+    seen_pids: set[int] = field(default_factory=set)
+    token_seen_in: list[str] = field(default_factory=list)
+    stopped: bool = False
+
+    def ray(self, *args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
+        """A ``ray`` CLI command against this cluster, as a user on the head runs it."""
+        done = subprocess.run(
+            [sys.executable, "-m", "ray.scripts.scripts", *args],
+            env={**os.environ, **self.client_env, **env},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        self.launcher_output.append(done.stdout + done.stderr)
+        return done
+
+    def state(self, kind: str) -> list[dict]:
+        done = self.ray("list", kind, "--detail", "--format=json", "--limit=10000", f"--address={self.dashboard}")
+        assert done.returncode == 0, f"ray list {kind} failed:\n{done.stderr[-3000:]}"
+        return json.loads(done.stdout)
+
+    def node_ids(self) -> dict[str, str]:
+        """{"head": node id, "worker": node id} of the live nodes."""
+        nodes = [node for node in self.state("nodes") if node["state"] == "ALIVE"]
+        assert len(nodes) == 2, nodes
+        return {("head" if node["is_head_node"] else "worker"): node["node_id"] for node in nodes}
+
+
+def _launch(role_args: list[str], env: dict[str, str], cluster_output: list[str] | None = None) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        ["bash", str(LAUNCHER), *role_args],
+        cwd=REPO_ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=LAUNCH_TIMEOUT_S,
+    )
+    if cluster_output is not None:
+        cluster_output.append(done.stdout + done.stderr)
+    return done
+
+
+def _node_ports(base: int, worker_base: int, head: bool) -> list[str]:
+    args = [
+        f"--node-manager-port={base}",
+        f"--object-manager-port={base + 1}",
+        f"--dashboard-agent-listen-port={base + 2}",
+        f"--dashboard-agent-grpc-port={base + 3}",
+        f"--runtime-env-agent-port={base + 4}",
+        f"--metrics-export-port={base + 5}",
+        f"--min-worker-port={worker_base}",
+        f"--max-worker-port={worker_base + WORKER_PORTS - 1}",
+    ]
+    if head:
+        args.append(f"--ray-client-server-port={base + 6}")
+    return args
+
+
+def _watch(cluster: Cluster, stop: threading.Event) -> None:
+    """Record every process of the cluster and of the test's commands while they run, and
+    whether the token shows in any process's arguments or environment."""
+    token = cluster.token_file.read_bytes().strip()
+    roots = [os.getpid(), cluster.head.pid, cluster.worker.pid]
+    checked: set[int] = set()
+    while not stop.is_set():
+        for root in roots:
+            try:
+                pids = [root, *(child.pid for child in psutil.Process(root).children(recursive=True))]
+            except psutil.Error:
+                continue
+            for pid in pids:
+                if pid == os.getpid() or pid in checked:
+                    continue
+                checked.add(pid)
+                if root != os.getpid():
+                    cluster.seen_pids.add(pid)
+                for part in ("cmdline", "environ"):
+                    try:
+                        if token in Path(f"/proc/{pid}/{part}").read_bytes():
+                            cluster.token_seen_in.append(f"/proc/{pid}/{part}")
+                    except OSError:
+                        pass
+        stop.wait(0.5)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    root = tmp_path_factory.mktemp("multi_node")
+    # Ray's socket paths live under the temp dir and must stay below 107 characters
+    short = Path(tempfile.mkdtemp(prefix="dfpo-mn-", dir="/tmp"))
+    base = _free_port_block(2 + 2 * NODE_PORTS + 2 * WORKER_PORTS)
+    head_port, dashboard_port = base, base + 1
+    head_base, worker_base = base + 2, base + 2 + NODE_PORTS
+    workers_from = base + 2 + 2 * NODE_PORTS
+    records = root / "probe_records"
+    records.mkdir()
+    token_file = root / "ray_token"
+    python_path = os.pathsep.join(filter(None, [str(PROBE), os.environ.get("PYTHONPATH", "")]))
+    common = {
+        # as with the environment activated: `ray` is the interpreter's
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "/usr/bin:/bin")]),
+        "PYTHON": sys.executable,
+        "RAY_AUTH_TOKEN_PATH": str(token_file),
+        "DFPO_RAY_NODE_IP": "127.0.0.1",
+        "GPUS_PER_NODE": "1",
+        "PYTHONPATH": python_path,
+        "DFPO_PROCESS_PROBE_DIR": str(records),
+    }
+    head = Node(
+        "head",
+        root / "head",
+        short / "h",
+        [f"--temp-dir={short / 'h'}", "--num-cpus=8", "--object-store-memory=500000000", *_node_ports(head_base, workers_from, True)],
+    )
+    worker = Node(
+        "worker",
+        root / "worker",
+        short / "w",
+        [f"--temp-dir={short / 'w'}", "--num-cpus=8", "--object-store-memory=500000000", *_node_ports(worker_base, workers_from + WORKER_PORTS, False)],
+    )
+    address = f"127.0.0.1:{head_port}"
+    cluster = Cluster(
+        address=address,
+        dashboard=f"http://127.0.0.1:{dashboard_port}",
+        token_file=token_file,
+        output_root=root / "runs",
+        probe_records=records,
+        client_env={**common, "RAY_ADDRESS": address, "RAY_AUTH_MODE": "token"},
+        head=head,
+        worker=worker,
+    )
+    stop_watching = threading.Event()
+    watcher = None
+    try:
+        started = time.monotonic()
+        head_env = {**common, "DFPO_RAY_DIR": str(head.ray_dir), "DFPO_RAY_PORT": str(head_port), "DFPO_RAY_DASHBOARD_PORT": str(dashboard_port)}
+        done = _launch(["head", *head.ray_start_args], head_env, cluster.launcher_output)
+        assert done.returncode == 0, f"ray_cluster.sh head failed:\n{done.stdout}\n{done.stderr}"
+        assert f"bash scripts/launch/ray_cluster.sh worker {address}" in done.stdout
+        head.pid = int((head.ray_dir / "ray.pid").read_text())
+        done = _launch(["worker", address, *worker.ray_start_args], {**common, "DFPO_RAY_DIR": str(worker.ray_dir)}, cluster.launcher_output)
+        assert done.returncode == 0, f"ray_cluster.sh worker failed:\n{done.stdout}\n{done.stderr}"
+        worker.pid = int((worker.ray_dir / "ray.pid").read_text())
+        watcher = threading.Thread(target=_watch, args=(cluster, stop_watching), daemon=True)
+        watcher.start()
+        done = _launch(["wait", address, "2"], common, cluster.launcher_output)
+        assert done.returncode == 0, f"ray_cluster.sh wait failed:\n{done.stdout}\n{done.stderr}"
+        print(f"2-node cluster up in {time.monotonic() - started:.0f} s", file=sys.stderr)
+        yield cluster
+    finally:
+        if not cluster.stopped:
+            for node in (worker, head):
+                if node.ray_dir.exists():
+                    _launch(["stop"], {**common, "DFPO_RAY_DIR": str(node.ray_dir)})
+        stop_watching.set()
+        if watcher is not None:
+            watcher.join(timeout=5)
+        _end_processes({pid for pid in cluster.seen_pids if psutil.pid_exists(pid)})
+        shutil.rmtree(short, ignore_errors=True)
+
+
+def _recipe_env(cluster: Cluster, **knobs: str) -> dict[str, str]:
+    return {
+        **cluster.client_env,
+        "NNODES": "2",
+        "GPUS_PER_NODE": "1",
+        "OUTPUT_ROOT": str(cluster.output_root),
+        # one machine: its local disk is storage both nodes share
+        "ALLOW_LOCAL_CHECKPOINTS": "1",
+        "SAVE_FREQ": "1",
+        "VAL_BEFORE_TRAIN": "false",
+        "TEST_FREQ": "-1",
+        # dfpo's transformers rollout: what is under test is placement, plugin, checkpoints and
+        # launches, and it starts in seconds where a vLLM engine per rank takes about a minute
+        # (docs/cpu.md); the rollout's own multi-rank path is the single-node e2e tests'
+        "ROLLOUT_NAME": "local",
+        **knobs,
+    }
+
+
+def _check_exit(run: RecipeRun) -> None:
+    assert run.returncode == 0, f"exited with {run.returncode} after {run.seconds:.0f} s:\n{run.tail()}"
+
+
+def _new_actors(cluster: Cluster, before: set[str]) -> list[dict]:
+    return [actor for actor in cluster.state("actors") if actor["actor_id"] not in before]
+
+
+def _rank_actors(actors: list[dict]) -> list[dict]:
+    """verl's FSDP ranks: the actors holding a (logical) GPU."""
+    return [actor for actor in actors if (actor.get("required_resources") or {}).get("GPU", 0) > 0]
+
+
+def _training_steps(steps: dict[int, dict]) -> list[int]:
+    return sorted(step for step, metrics in steps.items() if "actor/grad_norm" in metrics)
+
+
+@pytest.fixture(scope="module")
+def first_run(cluster):
+    before = {actor["actor_id"] for actor in cluster.state("actors")}
+    run = run_recipe(RECIPE, _recipe_env(cluster, TOTAL_TRAINING_STEPS="1"), timeout_s=RUN_TIMEOUT_S)
+    cluster.runs["first"] = run
+    print(f"first run (1 step on 2 nodes): {run.seconds:.0f} s", file=sys.stderr)
+    _check_exit(run)
+    return run, _new_actors(cluster, before)
+
+
+@pytest.fixture(scope="module")
+def resumed_run(cluster, first_run):
+    logs_before = set(file_log_steps(cluster.output_root / "logs" / "dfpo"))
+    run = run_recipe(RECIPE, _recipe_env(cluster, TOTAL_TRAINING_STEPS="2"), timeout_s=RUN_TIMEOUT_S)
+    cluster.runs["resumed"] = run
+    print(f"resumed run (step 2 on 2 nodes): {run.seconds:.0f} s", file=sys.stderr)
+    _check_exit(run)
+    new_logs = {path: steps for path, steps in file_log_steps(cluster.output_root / "logs" / "dfpo").items() if path not in logs_before}
+    return run, new_logs
+
+
+@pytest.fixture(scope="module")
+def job_run(cluster, resumed_run):
+    before = {actor["actor_id"] for actor in cluster.state("actors")}
+    submission_id = f"dfpo-multi-node-test-{os.getpid()}"
+    knobs = _recipe_env(cluster, TOTAL_TRAINING_STEPS="1", EXPERIMENT_NAME=JOB_EXPERIMENT, SUBMISSION_ID=submission_id)
+    # as docs/recipes.md has it: RAY_ADDRESS is the head's dashboard for the job commands
+    knobs["RAY_ADDRESS"] = cluster.dashboard
+    submitted = run_command(["bash", str(JOB_SUBMIT), f"recipes/{RECIPE}"], knobs, timeout_s=120)
+    cluster.runs["submit"] = submitted
+    assert submitted.returncode == 0, submitted.tail()
+    assert f"ray job logs --follow {submission_id}" in submitted.output
+    followed = run_command(
+        [sys.executable, "-m", "ray.scripts.scripts", "job", "logs", "--follow", submission_id],
+        {**cluster.client_env, "RAY_ADDRESS": cluster.dashboard},
+        timeout_s=RUN_TIMEOUT_S,
+    )
+    cluster.runs["job"] = followed
+    print(f"ray job submit run (1 step on 2 nodes), followed: {followed.seconds:.0f} s", file=sys.stderr)
+    status = cluster.ray("job", "status", submission_id, RAY_ADDRESS=cluster.dashboard)
+    assert "SUCCEEDED" in status.stdout + status.stderr, f"{status.stdout}\n{status.stderr}\njob log:\n{followed.tail()}"
+    jobs = [job for job in cluster.state("jobs") if job.get("submission_id") == submission_id]
+    return followed, jobs, _new_actors(cluster, before)
+
+
+def test_both_nodes_join_with_one_logical_gpu_each(cluster):
+    nodes = [node for node in cluster.state("nodes") if node["state"] == "ALIVE"]
+    assert sorted(node["is_head_node"] for node in nodes) == [False, True]
+    for node in nodes:
+        assert node["resources_total"].get("GPU") == 1.0, node["resources_total"]
+    # the token file the head created: the user's alone
+    assert oct(cluster.token_file.stat().st_mode & 0o777) == "0o600"
+    assert len(cluster.token_file.read_text().strip()) == 64
+
+
+def test_a_client_with_another_token_is_refused(cluster):
+    wrong = cluster.output_root.parent / "wrong_token"
+    wrong.write_text("0" * 64)
+    wrong.chmod(0o600)
+    done = subprocess.run(
+        [sys.executable, "-m", "ray.scripts.scripts", "status", f"--address={cluster.address}"],
+        env={**os.environ, **cluster.client_env, "RAY_AUTH_TOKEN_PATH": str(wrong)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert "node_" not in done.stdout
+
+
+def test_one_rank_on_each_node(cluster, first_run):
+    _, actors = first_run
+    ranks = _rank_actors(actors)
+    nodes = cluster.node_ids()
+    assert len(ranks) == 2, [(actor["class_name"], actor.get("required_resources")) for actor in actors]
+    assert {actor["node_id"] for actor in ranks} == set(nodes.values()), ranks
+
+
+def test_plugin_and_platform_in_every_process_of_both_nodes(cluster, first_run):
+    _, actors = first_run
+    records = [json.loads(path.read_text()) for path in cluster.probe_records.glob("*.json")]
+    assert records, "no process recorded an import of verl"
+    for record in records:
+        assert record["verl_platform"] == "cpu", record
+        assert record["plugin_loaded"] and record["dfpo_loss_registered"] and record["cpu_backend_active"], record
+    nodes = cluster.node_ids()
+    on_node = {node: [r for r in records if r.get("node_id") == node_id] for node, node_id in nodes.items()}
+    assert on_node["head"] and on_node["worker"], f"records per node: { {k: len(v) for k, v in on_node.items()} }"
+    # every rank and every other actor of the run that ran verl was seen by the probe
+    recorded_pids = {record["pid"] for record in records}
+    for actor in _rank_actors(actors):
+        assert actor["pid"] in recorded_pids, actor
+
+
+def test_checkpoint_shards_of_both_ranks_under_the_shared_output_root(cluster, first_run):
+    experiment = cluster.output_root / "checkpoints" / "dfpo" / EXPERIMENT
+    actor = experiment / "global_step_1" / "actor"
+    for rank in range(2):
+        for kind in ("model", "optim", "extra_state"):
+            assert (actor / f"{kind}_world_size_2_rank_{rank}.pt").is_file(), f"{kind} of rank {rank} missing in {actor}"
+
+
+def test_resume_on_two_nodes_continues_at_the_next_step(cluster, resumed_run):
+    run, new_logs = resumed_run
+    assert len(new_logs) == 1, sorted(map(str, new_logs))
+    (steps,) = new_logs.values()
+    assert _training_steps(steps) == [2], run.tail()
+    experiment = cluster.output_root / "checkpoints" / "dfpo" / EXPERIMENT
+    assert (experiment / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    for rank in range(2):
+        assert (experiment / "global_step_2" / "actor" / f"model_world_size_2_rank_{rank}.pt").is_file()
+
+
+def test_ray_job_submit_runs_the_recipe_across_both_nodes_with_the_knobs(cluster, job_run):
+    followed, jobs, actors = job_run
+    assert len(jobs) == 1
+    env_vars = jobs[0]["runtime_env"]["env_vars"]
+    for knob in ("NNODES", "GPUS_PER_NODE", "OUTPUT_ROOT", "TOTAL_TRAINING_STEPS", "EXPERIMENT_NAME", "ALLOW_LOCAL_CHECKPOINTS", "PYTHON"):
+        assert knob in env_vars, sorted(env_vars)
+    assert not any(key.startswith("RAY_AUTH") for key in env_vars), sorted(env_vars)
+    # the knobs reached the recipe: its run is named, sized and stored as exported at submission
+    logs = [s for path, s in file_log_steps(cluster.output_root / "logs" / "dfpo").items() if path.name.startswith(JOB_EXPERIMENT + ".")]
+    assert len(logs) == 1 and _training_steps(logs[0]) == [1], followed.tail()
+    shards = cluster.output_root / "checkpoints" / "dfpo" / JOB_EXPERIMENT / "global_step_1" / "actor"
+    for rank in range(2):
+        assert (shards / f"model_world_size_2_rank_{rank}.pt").is_file()
+    ranks = _rank_actors(actors)
+    assert len(ranks) == 2 and {actor["node_id"] for actor in ranks} == set(cluster.node_ids().values()), ranks
+
+
+def test_the_launcher_stops_both_nodes_and_everything_they_started(cluster, job_run):
+    assert cluster.seen_pids, "the watcher saw no process of the cluster"
+    for node in (cluster.worker, cluster.head):
+        done = _launch(["stop"], {**cluster.client_env, "DFPO_RAY_DIR": str(node.ray_dir)}, cluster.launcher_output)
+        assert done.returncode == 0, done.stderr
+        assert f"stopped Ray (pid {node.pid})" in done.stderr
+    cluster.stopped = True
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        alive = [pid for pid in cluster.seen_pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        if not alive:
+            break
+        time.sleep(1)
+    assert not alive, [(pid, " ".join(psutil.Process(pid).cmdline())[:120]) for pid in alive if psutil.pid_exists(pid)]
+    assert not (cluster.head.ray_dir / "ray.pid").exists() and not (cluster.worker.ray_dir / "ray.pid").exists()
+
+
+def test_the_token_never_shows_in_logs_arguments_or_environments(cluster, job_run):
+    token = cluster.token_file.read_text().strip()
+    assert not cluster.token_seen_in, cluster.token_seen_in
+    outputs = cluster.launcher_output + [run.output for run in cluster.runs.values()]
+    assert not any(token in text for text in outputs)
+    searched = 0
+    for directory in (cluster.head.ray_dir, cluster.worker.ray_dir, cluster.head.temp_dir, cluster.worker.temp_dir, cluster.output_root / "logs"):
+        for path in directory.rglob("*"):
+            if path.is_file() and not path.is_symlink() and path.stat().st_size < 50_000_000:
+                searched += 1
+                assert token.encode() not in path.read_bytes(), f"the token is in {path}"
+    assert searched > 10
