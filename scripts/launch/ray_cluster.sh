@@ -216,8 +216,9 @@ live_nodes() {
         echo 0
         return 0
     }
-    # the "Active:" block, up to the next blank line, holds one " 1 node_<id>" line per live node
-    awk '/^Active:/ {active = 1; next} active && /^[[:space:]]*$/ {active = 0} active && / node_/ {n++} END {print n + 0}' <<<"$status"
+    # the "Active:" block (indented lines up to the next header, "Pending:") holds one
+    # " 1 node_<id>" line per live node; "Recent failures:" may list dead ones
+    awk '/^Active:/ {active = 1; next} /^[^[:space:]]/ {active = 0} active && / node_/ {n++} END {print n + 0}' <<<"$status"
 }
 
 wait_nodes() {

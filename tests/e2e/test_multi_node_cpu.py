@@ -248,7 +248,7 @@ def cluster(tmp_path_factory):
         stop_watching.set()
         if watcher is not None:
             watcher.join(timeout=5)
-        _end_processes({pid for pid in cluster.seen_pids if psutil.pid_exists(pid)})
+        _end_processes({pid for pid in cluster.seen_pids if _running(pid)})
         shutil.rmtree(short, ignore_errors=True)
 
 
@@ -279,9 +279,15 @@ def _new_actors(cluster: Cluster, before: set[str]) -> list[dict]:
     return [actor for actor in cluster.state("actors") if actor["actor_id"] not in before]
 
 
+def _holds_a_gpu(actor: dict) -> bool:
+    # an actor in a placement group asks for the group's renamed resource (GPU_group_<i>_<id>)
+    resources = actor.get("required_resources") or {}
+    return any(value > 0 for key, value in resources.items() if key == "GPU" or key.startswith("GPU_group_"))
+
+
 def _rank_actors(actors: list[dict]) -> list[dict]:
     """verl's FSDP ranks: the actors holding a (logical) GPU."""
-    return [actor for actor in actors if (actor.get("required_resources") or {}).get("GPU", 0) > 0]
+    return [actor for actor in actors if _holds_a_gpu(actor)]
 
 
 def _training_steps(steps: dict[int, dict]) -> list[int]:
@@ -329,7 +335,7 @@ def job_run(cluster, resumed_run):
     print(f"ray job submit run (1 step on 2 nodes), followed: {followed.seconds:.0f} s", file=sys.stderr)
     status = cluster.ray("job", "status", submission_id, RAY_ADDRESS=cluster.dashboard)
     assert "SUCCEEDED" in status.stdout + status.stderr, f"{status.stdout}\n{status.stderr}\njob log:\n{followed.tail()}"
-    jobs = [job for job in cluster.state("jobs") if job.get("submission_id") == submission_id]
+    jobs = [job for job in cluster.state("jobs") if job.get("submission_id") == submission_id and job.get("type") == "SUBMISSION"]
     return followed, jobs, _new_actors(cluster, before)
 
 
@@ -418,6 +424,21 @@ def test_ray_job_submit_runs_the_recipe_across_both_nodes_with_the_knobs(cluster
     assert len(ranks) == 2 and {actor["node_id"] for actor in ranks} == set(cluster.node_ids().values()), ranks
 
 
+def _running(pid: int) -> bool:
+    """The process exists and has not ended (an ended child nobody reaped is a zombie)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _command(pid: int) -> str:
+    try:
+        return " ".join(psutil.Process(pid).cmdline())[:160]
+    except psutil.Error:
+        return "?"
+
+
 def test_the_launcher_stops_both_nodes_and_everything_they_started(cluster, job_run):
     assert cluster.seen_pids, "the watcher saw no process of the cluster"
     for node in (cluster.worker, cluster.head):
@@ -427,11 +448,11 @@ def test_the_launcher_stops_both_nodes_and_everything_they_started(cluster, job_
     cluster.stopped = True
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        alive = [pid for pid in cluster.seen_pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        alive = [pid for pid in cluster.seen_pids if _running(pid)]
         if not alive:
             break
         time.sleep(1)
-    assert not alive, [(pid, " ".join(psutil.Process(pid).cmdline())[:120]) for pid in alive if psutil.pid_exists(pid)]
+    assert not alive, [(pid, _command(pid)) for pid in alive]
     assert not (cluster.head.ray_dir / "ray.pid").exists() and not (cluster.worker.ray_dir / "ray.pid").exists()
 
 
