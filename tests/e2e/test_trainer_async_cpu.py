@@ -2,8 +2,10 @@
 
 ``TRAINER_MODE=colocate_async`` and ``TRAINER_MODE=separate_async`` of
 ``bash recipes/run_dfpo_min_replace_tiny_cpu.sh``: verl's own asynchronous V1 trainers with DFPO's
-actor worker, the rollout on dfpo's local server — for separate_async a standalone replica on a
-rank of its own, fed through the local checkpoint engine. Each run is checked for its steps, an
+actor worker. separate_async samples through verl's vLLM rollout on CPU — a standalone vLLM replica
+on a rank of its own, fed after every step through the ``local`` gloo checkpoint engine (the GPU
+default, NCCL, needs CUDA); colocate_async uses dfpo's local rollout server (what it adds over the
+synchronous runs is verl's scheduling, and the local server starts faster). Each run is checked for its steps, an
 exact transform (DFPO's residual after < 1e-6) and the ``dfpo/`` staleness diagnostics; the
 separate-async run also for what its two local updates per step do (the second trains on π_old's
 log-probs, so DFPO's pre-pass forwards it).
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import pytest
 
+from dfpo.run_checks import ROLLOUT_GAP_BOUNDS
 from tests.e2e.recipe_runs import file_log_steps, run_recipe
 
 pytestmark = pytest.mark.slow
@@ -20,14 +23,19 @@ pytestmark = pytest.mark.slow
 RUN_TIMEOUT_S = 900
 
 
-def _run(output_root, mode: str, steps: int) -> dict[int, dict]:
+def _run(output_root, mode: str, steps: int, rollout: str) -> dict[int, dict]:
     run = run_recipe(
         "run_dfpo_min_replace_tiny_cpu.sh",
         # one training rank (separate_async: plus its rollout rank); validation after training only
-        {"OUTPUT_ROOT": str(output_root), "TRAINER_MODE": mode, "TOTAL_TRAINING_STEPS": str(steps), "GPUS_PER_NODE": "1", "VAL_BEFORE_TRAIN": "false"},
+        {
+            "OUTPUT_ROOT": str(output_root), "TRAINER_MODE": mode, "TOTAL_TRAINING_STEPS": str(steps),
+            "GPUS_PER_NODE": "1", "VAL_BEFORE_TRAIN": "false", "ROLLOUT_NAME": rollout,
+        },
         timeout_s=RUN_TIMEOUT_S,
     )
     assert run.returncode == 0, f"TRAINER_MODE={mode} exited with {run.returncode}:\n{run.tail()}"
+    if rollout == "vllm":
+        assert "(vLLMHttpServer pid=" in run.output, "not served by verl's vLLMHttpServer:\n" + run.tail()
     experiment = f"dfpo_min_replace-tiny_cpu-g8-seed1-{mode}"
     logs = [s for path, s in file_log_steps(output_root / "logs" / "dfpo").items() if path.name.startswith(experiment + ".")]
     assert len(logs) == 1, run.tail()
@@ -41,12 +49,12 @@ def output_root(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def colocate_log(output_root):
-    return _run(output_root, "colocate_async", 2)
+    return _run(output_root, "colocate_async", 2, rollout="local")
 
 
 @pytest.fixture(scope="module")
 def separate_log(output_root):
-    return _run(output_root, "separate_async", 2)
+    return _run(output_root, "separate_async", 2, rollout="vllm")
 
 
 def _training_steps(steps: dict[int, dict]) -> list[int]:
@@ -89,7 +97,10 @@ def test_separate_async_runs_on_its_own_rollout_rank_with_two_local_updates_per_
         assert metrics["dfpo/staleness/local_update"] == 0.5, step
         assert metrics["actor/dfpo/old_log_probs_recomputed"] == 0.5, step
         assert metrics["actor/dfpo/prepass_forward"] == 0.5, step
-        # the end-of-step weight sync to the standalone replica (the local checkpoint engine; its
-        # transfer is checked bit for bit in tests/local/test_local_checkpoint_engine.py)
+        # the end-of-step weight sync to the standalone vLLM replica (the local checkpoint engine;
+        # its transfer is checked bit for bit in tests/local/test_local_checkpoint_engine.py)
         assert metrics["timing_s/update_weights"] > 0.0, step
+    # step 1 samples with the initial weights, which actor and vLLM share: the gap is rounding only
+    # (from step 2 on the responses come from the policy one sync behind, by design)
+    assert separate_log[1]["training/rollout_probs_diff_max"] < ROLLOUT_GAP_BOUNDS["fp32"]
     assert any(key.startswith("val-core/") for key in separate_log[2])
