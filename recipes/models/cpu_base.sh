@@ -33,17 +33,13 @@ MODEL_OVERRIDES=(
     +ray_kwargs.ray_init.num_cpus=16
     "+ray_kwargs.ray_init.object_store_memory=$RAY_OBJECT_STORE_BYTES"
     "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM='cpu'"
-    # the actor's dtypes; gradients are reduced and buffers kept in fp32
+    # the actor's dtypes; gradients are reduced in fp32 (FSDP2's policy takes no buffer dtype)
     "actor_rollout_ref.actor.fsdp_config.model_dtype=$ACTOR_DTYPE"
     "++actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=$ACTOR_DTYPE"
     ++actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype=fp32
-    ++actor_rollout_ref.actor.fsdp_config.mixed_precision.buffer_dtype=fp32
-    "actor_rollout_ref.ref.fsdp_config.model_dtype=$ACTOR_DTYPE"
-    # eager attention, nothing compiled
+    # eager attention, nothing compiled (the V1 engine reads fsdp_config.use_torch_compile only)
     +actor_rollout_ref.model.override_config.attn_implementation=eager
-    actor_rollout_ref.actor.use_torch_compile=false
     actor_rollout_ref.actor.fsdp_config.use_torch_compile=false
-    actor_rollout_ref.ref.use_torch_compile=false
     # one agent-loop worker, no data-loader processes, one TransferQueue storage unit (with the
     # default 8 units verl's TaskRunner waits forever in tq.init on a small machine)
     actor_rollout_ref.rollout.agent.num_workers=1
@@ -52,6 +48,10 @@ MODEL_OVERRIDES=(
     actor_rollout_ref.rollout.checkpoint_engine.backend=naive
     actor_rollout_ref.rollout.calculate_log_probs=true
 )
+if dfpo_is_true "${USE_KL_LOSS:-false}"; then
+    # the reference policy exists only with the KL loss (as in recipes/common.sh)
+    MODEL_OVERRIDES+=("actor_rollout_ref.ref.fsdp_config.model_dtype=$ACTOR_DTYPE")
+fi
 if [[ "$ROLLOUT_NAME" == vllm ]]; then
     MODEL_OVERRIDES+=(
         "actor_rollout_ref.rollout.dtype=$ROLLOUT_DTYPE"

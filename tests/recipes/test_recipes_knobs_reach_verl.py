@@ -11,6 +11,13 @@ line runs at all. Three checks:
   reference keys are read only with ``use_kl_loss``);
 * for every knob in the table of docs/recipes.md ("Knobs"), exporting a different value changes the resolved value of
   at least one listed key whose reader runs.
+
+The same holds for every CPU run script (``recipes/run_*_cpu.sh``, found by name so that a CPU model
+added later is covered), with each of the two CPU rollouts (``ROLLOUT_NAME=vllm``: verl's vLLM rollout
+on vLLM's CPU build; ``ROLLOUT_NAME=local``: dfpo's transformers server), with the KL loss, and with
+``TRAINER_MODE=separate_async`` (its checkpoint-engine and standalone-rollout keys); and for the
+knobs recipes/models/cpu_base.sh defines (``CPU_KNOB_VALUES``: CPU-only, so docs/cpu.md's to
+describe, not the GPU table of docs/recipes.md; ``ROLLOUT_NAME`` is in both).
 """
 
 from __future__ import annotations
@@ -24,11 +31,65 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf, open_dict
 
 from dfpo.hydra_config import compose_trainer_config
-from tests.recipes.recipe_commands import REPO_ROOT, composed_config, default_command, dry_run
-from tests.recipes.recipe_expectations import GPU_RUN_SCRIPTS, SWEEP_SCRIPT
-from tests.recipes.verl_readers import READERS, reader_of
+from tests.recipes.recipe_commands import RECIPES_DIR, REPO_ROOT, composed_config, default_command, dry_run
+from tests.recipes.recipe_expectations import CPU_RUN_SCRIPTS, GPU_RUN_SCRIPTS, METHODS, SWEEP_SCRIPT
+from tests.recipes.verl_readers import READERS, reader_of, readers, running_reader, source_path
 
 SCRIPT = "run_dfpo_min_replace_qwen3_32b.sh"
+
+# ---- the CPU recipes -------------------------------------------------------------------------------
+CPU_RUN_SCRIPT_GLOB = "run_*_cpu.sh"  # every CPU run script, whatever its model
+CPU_ROLLOUTS = ("vllm", "local")  # ROLLOUT_NAME of recipes/models/cpu_base.sh
+CPU_SCRIPT = "run_dfpo_min_replace_tiny_cpu.sh"
+CPU_BASE = REPO_ROOT / "recipes" / "models" / "cpu_base.sh"
+
+
+def cpu_run_scripts() -> list[str]:
+    return sorted(p.name for p in RECIPES_DIR.glob(CPU_RUN_SCRIPT_GLOB))
+
+
+def cpu_model(script: str) -> str:
+    """``run_<method>_<model>.sh`` -> model, for any model name (the method is one of METHODS)."""
+    stem = script.removeprefix("run_").removesuffix(".sh")
+    for method in sorted(METHODS, key=len, reverse=True):
+        if stem.startswith(method + "_"):
+            return stem[len(method) + 1 :]
+    raise ValueError(f"{script}: no known method in the name (known: {sorted(METHODS)})")
+
+
+def _cpu_cases() -> list:
+    scripts = cpu_run_scripts()
+    cases = [
+        pytest.param(script, {"ROLLOUT_NAME": rollout}, id=f"{script}-{rollout}")
+        for script in scripts
+        for rollout in CPU_ROLLOUTS
+    ]
+    # per CPU model, its first script with the KL loss (the reference policy's keys) and with the
+    # separate-async trainer (its standalone rollout and checkpoint engine)
+    first_per_model = {}
+    for script in scripts:
+        first_per_model.setdefault(cpu_model(script), script)
+    for script in sorted(first_per_model.values()):
+        for rollout in CPU_ROLLOUTS:
+            for name, extra in (("kl-loss", {"USE_KL_LOSS": "true"}), ("separate_async", {"TRAINER_MODE": "separate_async"})):
+                cases.append(pytest.param(script, {"ROLLOUT_NAME": rollout, **extra}, id=f"{script}-{rollout}-{name}"))
+    return cases
+
+
+# Keys recipes/common.sh sets for every rollout that ROLLOUT_NAME=local never reads (the local server
+# has no memory pool). The fix belongs in common.sh: set the key only for a rollout that reads it.
+# test_the_local_rollout_exemptions_are_still_needed keeps this list exact.
+UNREAD_WITH_LOCAL_ROLLOUT = frozenset({"actor_rollout_ref.rollout.gpu_memory_utilization"})
+
+# A changed value for every knob recipes/models/cpu_base.sh defines, with the setting it needs to act.
+CPU_KNOB_VALUES: dict[str, tuple[str, dict[str, str]]] = {
+    "ROLLOUT_NAME": ("local", {"ROLLOUT_NAME": "vllm"}),
+    "ACTOR_DTYPE": ("bf16", {"ROLLOUT_NAME": "vllm"}),
+    "ROLLOUT_DTYPE": ("bfloat16", {"ROLLOUT_NAME": "vllm"}),
+    "VLLM_KV_CACHE_GB": ("3", {"ROLLOUT_NAME": "vllm"}),
+    "WEIGHT_BUCKET_MB": ("512", {"ROLLOUT_NAME": "vllm"}),
+    "RAY_OBJECT_STORE_BYTES": ("2000000000", {"ROLLOUT_NAME": "vllm"}),
+}
 
 # A changed value for every knob of the table in docs/recipes.md, with the setting it needs to act at all.
 KNOB_VALUES: dict[str, tuple[str, dict[str, str]]] = {
@@ -135,35 +196,52 @@ def _flat(cfg) -> dict[str, object]:
     return out
 
 
-@cache
-def _compose(script: str, variables: tuple[tuple[str, str], ...]):
-    (command,) = dry_run(script, **dict(variables))
-    return command, compose_trainer_config(command.overrides, config_name="dfpo_trainer")
+# Configs composed by Hydra so far, with the keys of their overrides ('+' prefixes included).
+_COMPOSED: list[tuple[frozenset[str], object]] = []
 
 
-def _compose_changed(script: str, context: dict[str, str], variables: dict[str, str]):
-    """The config of ``script`` under ``context`` + ``variables``: the context's composed config with
-    the overrides that differ applied by Hydra's own override parser (a full Hydra compose per knob
-    costs ~0.5 s; the values and interpolations are the same)."""
-    base_command, base = _compose(script, tuple(sorted(context.items())))
-    (command,) = dry_run(script, **{**context, **variables})
-    base_keys = {o.split("=", 1)[0] for o in base_command.overrides}
-    keys = {o.split("=", 1)[0] for o in command.overrides}
-    if not base_keys <= keys:  # the knob drops overrides (USE_DYNAMIC_BSZ=false): compose afresh
-        return compose_trainer_config(command.overrides, config_name="dfpo_trainer")
-    cfg = copy.deepcopy(base)
-    new = [o for o in command.overrides if o not in set(base_command.overrides)]
-    for override in OverridesParser.create().parse_overrides(new):
-        with open_dict(cfg):
-            OmegaConf.update(cfg, override.key_or_group, override.value(), merge=False, force_add=True)
+def _override_keys(overrides: list[str]) -> frozenset[str]:
+    return frozenset(o.split("=", 1)[0] for o in overrides)
+
+
+def _config_for(overrides: list[str]):
+    """The config ``python -m dfpo.main`` composes from ``overrides``. A full Hydra compose costs
+    0.5-2 s, so it runs only for a set of keys not seen before; otherwise an earlier composed config
+    whose keys are a subset gets every one of ``overrides`` applied, in order, by Hydra's own
+    override parser (each of its keys is set again, the others are new: the same values and
+    interpolations; test_a_derived_config_equals_a_full_compose checks it)."""
+    keys = _override_keys(overrides)
+    for base_keys, base in _COMPOSED:
+        if base_keys <= keys:
+            cfg = copy.deepcopy(base)
+            for override in OverridesParser.create().parse_overrides(overrides):
+                with open_dict(cfg):
+                    OmegaConf.update(cfg, override.key_or_group, override.value(), merge=False, force_add=True)
+            return cfg
+    cfg = compose_trainer_config(overrides, config_name="dfpo_trainer")
+    _COMPOSED.append((keys, cfg))
     return cfg
 
 
+@cache
+def _compose(script: str, variables: tuple[tuple[str, str], ...]):
+    """The command ``script`` prints under ``variables`` and its config (cached)."""
+    (command,) = dry_run(script, **dict(variables))
+    return command, _config_for(command.overrides)
+
+
+def _compose_changed(script: str, context: dict[str, str], variables: dict[str, str]):
+    """The config of ``script`` under ``context`` + ``variables``."""
+    return _compose(script, tuple(sorted({**context, **variables}.items())))[1]
+
+
 def test_every_reader_line_is_in_the_installed_source():
-    for key, reader in READERS.items():
-        path = reader.source_path()
-        assert path.is_file(), f"{key}: {path} does not exist"
-        assert reader.snippet in path.read_text(), f"{key}: {reader.file} no longer contains {reader.snippet!r}"
+    for key, entry in READERS.items():
+        for reader in readers(entry):
+            for file, snippet in reader.lines():
+                path = source_path(file)
+                assert path.is_file(), f"{key}: {path} does not exist"
+                assert snippet in path.read_text(), f"{key}: {file} no longer contains {snippet!r}"
 
 
 def test_the_knob_table_and_this_test_list_the_same_knobs():
@@ -179,8 +257,9 @@ def test_every_key_a_recipe_sets_is_read_on_the_v1_engine_path(script):
         key = override.split("=", 1)[0].lstrip("+")
         found = reader_of(key)
         assert found is not None, f"{script} sets {key}, which verl 0.9.1's V1 engine path never reads"
-        listed, reader = found
-        assert reader.when(cfg), f"{script} sets {key}, but {reader.file} reads it only under a condition that is off"
+        assert running_reader(key, cfg) is not None, (
+            f"{script} sets {key}, but {', '.join(r.file for r in found[1])} reads it only under a condition that is off"
+        )
 
 
 @pytest.mark.parametrize(
@@ -193,8 +272,7 @@ def test_conditional_keys_are_set_when_their_reader_runs(variables):
     command, cfg = _compose(SCRIPT, tuple(variables.items()))
     for override in command.overrides:
         key = override.split("=", 1)[0].lstrip("+")
-        listed, reader = reader_of(key)
-        assert reader.when(cfg), key
+        assert running_reader(key, cfg) is not None, key
 
 
 @pytest.mark.parametrize("knob", sorted(KNOB_VALUES))
@@ -205,7 +283,7 @@ def test_every_documented_knob_changes_a_key_verl_reads(knob):
     old, new = _flat(before), _flat(after)
     changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
     assert changed, f"{knob}={value} changed nothing in the composed config"
-    read = [k for k in changed if (found := reader_of(k)) is not None and found[1].when(after)]
+    read = [k for k in changed if running_reader(k, after) is not None]
     assert read, f"{knob}={value} changed only keys verl 0.9.1's V1 engine path does not read: {changed}"
 
 
@@ -213,3 +291,62 @@ def test_the_sweep_sets_only_read_keys():
     for command in dry_run(SWEEP_SCRIPT, SWEEP_GROUP_SIZES="2"):
         for override in command.overrides:
             assert reader_of(override.split("=", 1)[0].lstrip("+")) is not None, override
+
+
+def test_the_cpu_run_scripts_are_found_by_name():
+    found = cpu_run_scripts()
+    assert set(CPU_RUN_SCRIPTS) <= set(found), f"not matched by {CPU_RUN_SCRIPT_GLOB}: {sorted(set(CPU_RUN_SCRIPTS) - set(found))}"
+    for script in found:
+        cpu_model(script)  # every one is run_<method>_<model>.sh
+
+
+@pytest.mark.parametrize(("script", "variables"), _cpu_cases())
+def test_every_key_a_cpu_recipe_sets_is_read_on_the_path_that_runs(script, variables):
+    command, cfg = _compose(script, tuple(sorted(variables.items())))
+    assert cfg.actor_rollout_ref.rollout.name == variables["ROLLOUT_NAME"]
+    for override in command.overrides:
+        key = override.split("=", 1)[0].lstrip("+")
+        found = reader_of(key)
+        assert found is not None, (
+            f"{script} {variables} sets {key}, which no reader in tests/recipes/verl_readers.py reads on the path "
+            "python -m dfpo.main runs (find the line of verl, vLLM or dfpo that reads it, or stop setting it)"
+        )
+        if variables["ROLLOUT_NAME"] == "local" and key in UNREAD_WITH_LOCAL_ROLLOUT:
+            continue
+        assert running_reader(key, cfg) is not None, (
+            f"{script} {variables} sets {key}, but {', '.join(r.file for r in found[1])} reads it only under a "
+            "condition that is off in this config"
+        )
+
+
+def test_the_local_rollout_exemptions_are_still_needed():
+    command, cfg = _compose(CPU_SCRIPT, (("ROLLOUT_NAME", "local"),))
+    keys = {o.split("=", 1)[0].lstrip("+") for o in command.overrides}
+    for key in UNREAD_WITH_LOCAL_ROLLOUT:
+        assert key in keys, f"{CPU_SCRIPT} no longer sets {key} with ROLLOUT_NAME=local: remove it from UNREAD_WITH_LOCAL_ROLLOUT"
+        assert running_reader(key, cfg) is None, f"{key} has a reader with ROLLOUT_NAME=local: remove it from UNREAD_WITH_LOCAL_ROLLOUT"
+
+
+def test_the_cpu_knobs_are_the_ones_cpu_base_defines():
+    defined = re.findall(r'^: "\$\{([A-Z][A-Z0-9_]*):=', CPU_BASE.read_text(), flags=re.MULTILINE)
+    assert defined and set(defined) == set(CPU_KNOB_VALUES)
+
+
+@pytest.mark.parametrize("knob", sorted(CPU_KNOB_VALUES))
+def test_every_cpu_knob_changes_a_key_that_is_read(knob):
+    value, context = CPU_KNOB_VALUES[knob]
+    _, before = _compose(CPU_SCRIPT, tuple(sorted(context.items())))
+    after = _compose_changed(CPU_SCRIPT, context, {knob: value})
+    old, new = _flat(before), _flat(after)
+    changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+    assert changed, f"{knob}={value} changed nothing in the composed config"
+    read = [k for k in changed if running_reader(k, after) is not None]
+    assert read, f"{knob}={value} changed only keys nothing reads on the CPU path: {changed}"
+
+
+def test_a_derived_config_equals_a_full_compose():
+    variables = (("ROLLOUT_NAME", "local"), ("TRAINER_MODE", "separate_async"), ("USE_KL_LOSS", "true"))
+    _compose(CPU_SCRIPT, (("ROLLOUT_NAME", "local"),))  # a base whose keys are a subset
+    command, derived = _compose(CPU_SCRIPT, variables)
+    assert any(keys < _override_keys(command.overrides) for keys, _ in _COMPOSED), "nothing to derive from"
+    assert _flat(derived) == _flat(compose_trainer_config(command.overrides, config_name="dfpo_trainer"))
