@@ -14,7 +14,9 @@ Reads verl's file log of one launch and checks, printing one PASS/FAIL line each
   |log p_rollout - log p_actor| of a step, below the bound of the run's rollout numerics
   (``--rollout-numerics``, bounds in :data:`ROLLOUT_GAP_BOUNDS`). It is the number that shows the
   actor's weights reached the rollout: a sync that did not arrive leaves the rollout sampling
-  with the previous weights, and the gap becomes the size of an update.
+  with the previous weights, and the gap becomes the size of an update. In bypass mode
+  (``--old-log-probs rollout``) the actor does not recompute them and verl logs no gap; it is
+  judged only if logged.
 
 Used by ``scripts/gpu_smoke.sh``; exits 1 when a check fails.
 """
@@ -71,6 +73,10 @@ def check_run(
         results.append((bool(flag) and all(v == want for v in flag), f"old log-probs {old_log_probs}: actor/dfpo/old_log_probs_recomputed = {flag}"))
     gap = _values(log, "training/rollout_probs_diff_max")
     bound = ROLLOUT_GAP_BOUNDS[rollout_numerics]
+    if not gap and old_log_probs == "rollout":
+        # bypass mode: the actor never recomputes the log-probs, so verl has no gap to log
+        results.append((True, "rollout log-probs vs the actor's: not computed in bypass mode (the rollout's are the old log-probs)"))
+        return results
     results.append((
         bool(gap) and all(math.isfinite(v) and v < bound for v in gap),
         f"rollout log-probs match the actor's ({rollout_numerics} bound {bound:g}): training/rollout_probs_diff_max = {gap or 'not logged'}",

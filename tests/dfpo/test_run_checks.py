@@ -55,3 +55,19 @@ def test_the_command_exits_1_on_a_gap_above_the_bound(tmp_path):
     assert fp32.returncode == 1 and "FAIL  rollout log-probs match the actor's (fp32 bound 0.001)" in fp32.stdout
     bf16 = subprocess.run(command, capture_output=True, text=True, check=False)  # default: bf16, the GPU recipes
     assert bf16.returncode == 0, bf16.stdout
+
+
+def test_in_bypass_mode_the_gap_is_not_computed_and_not_required(tmp_path):
+    """verl's bypass mode uses the rollout's log-probs as the old ones: no actor recompute, no gap logged
+    (seen in scripts/gpu_smoke.sh --cpu's bypass step); a gap that is logged is still judged."""
+    def gap_check(gaps, old):
+        (result,) = [
+            (ok, text) for ok, text in check_run(read_file_log(_log(tmp_path, gaps)), 2, True, old, "fp32")
+            if text.startswith("rollout log-probs")
+        ]
+        return result
+
+    ok, text = gap_check([None, None], "rollout")
+    assert ok and "not computed in bypass mode" in text
+    assert gap_check([None, None], "recomputed")[0] is False
+    assert gap_check([1e-5, 0.02], "rollout")[0] is False

@@ -55,7 +55,9 @@ gap = 1e-4 if args.get("trainer.device") == "cpu" else 0.1  # fp32 on CPU, bf16 
 with open(unquote(args["ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"]), "w") as log:
     for step in range(1, steps + 1):
         data = {"critic/score/mean": 0.25, "actor/grad_norm": 0.5, "actor/dfpo/cancellation_residual_after": 1e-9,
-                "actor/dfpo/old_log_probs_recomputed": 0.0 if bypass else 1.0, "training/rollout_probs_diff_max": gap}
+                "actor/dfpo/old_log_probs_recomputed": 0.0 if bypass else 1.0}
+        if not bypass:  # as verl: in bypass mode the actor recomputes nothing, so there is no gap to log
+            data["training/rollout_probs_diff_max"] = gap
         log.write(json.dumps({"step": step, "data": data}) + "\\n")
 os.makedirs(os.path.join(unquote(args["trainer.default_local_dir"]), f"global_step_{steps}", "actor"))
 """
