@@ -110,6 +110,8 @@ class Cluster:
     def state(self, kind: str) -> list[dict]:
         done = self.ray("list", kind, "--detail", "--format=json", "--limit=10000", f"--address={self.dashboard}")
         assert done.returncode == 0, f"ray list {kind} failed:\n{done.stderr[-3000:]}"
+        if done.stdout.strip() == "No resource in the cluster":  # what `ray list` prints for none
+            return []
         return json.loads(done.stdout)
 
     def node_ids(self) -> dict[str, str]:
@@ -334,7 +336,8 @@ def job_run(cluster, resumed_run):
     cluster.runs["job"] = followed
     print(f"ray job submit run (1 step on 2 nodes), followed: {followed.seconds:.0f} s", file=sys.stderr)
     status = cluster.ray("job", "status", submission_id, RAY_ADDRESS=cluster.dashboard)
-    assert "SUCCEEDED" in status.stdout + status.stderr, f"{status.stdout}\n{status.stderr}\njob log:\n{followed.tail()}"
+    # "Status for job '<id>': SUCCEEDED" / "Job '<id>' succeeded"
+    assert "succeeded" in (status.stdout + status.stderr).lower(), f"{status.stdout}\n{status.stderr}\njob log:\n{followed.tail()}"
     jobs = [job for job in cluster.state("jobs") if job.get("submission_id") == submission_id and job.get("type") == "SUBMISSION"]
     return followed, jobs, _new_actors(cluster, before)
 
