@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -33,6 +34,7 @@ def _worker(rank, world, port, seed, queue):
         dist.destroy_process_group()
 
 
+@pytest.mark.slow  # nine spawned gloo rank processes (about 20 s on 2 cores)
 def test_matches_single_process_over_three_gloo_ranks():
     ctx = mp.get_context("spawn")
     for seed in (0, 3, 8):
