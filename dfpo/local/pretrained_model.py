@@ -139,7 +139,9 @@ def fix_tokenizer(tokenizer, generation_config) -> None:
 def convert(source: GgufSource, target: Path, record: dict) -> None:
     """Dequantise the GGUF file into ``target`` (replaced atomically)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as transformers_logging
 
+    transformers_logging.disable_progress_bar()  # one line per conversion, not three progress bars
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     staging.chmod(0o755)  # mkdtemp makes it private; a model directory is read by other users too
