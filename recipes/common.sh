@@ -416,7 +416,6 @@ dfpo_launch() {
         "actor_rollout_ref.rollout.name=${ROLLOUT_NAME:-vllm}"
         "actor_rollout_ref.rollout.n=$group_size"
         "actor_rollout_ref.rollout.tensor_model_parallel_size=$ROLLOUT_TP"
-        "actor_rollout_ref.rollout.gpu_memory_utilization=${GPU_MEMORY_UTILIZATION:-0.7}"
         "actor_rollout_ref.rollout.seed=$seed"
         "actor_rollout_ref.rollout.temperature=${TEMPERATURE:-1.0}"
         "actor_rollout_ref.rollout.top_p=${TOP_P:-1.0}"
@@ -451,6 +450,10 @@ dfpo_launch() {
         "trainer.default_local_dir=$(dfpo_quote "$ckpt_dir")"
         "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH=$(dfpo_quote "$file_log")"
     )
+    if [[ "${ROLLOUT_NAME:-vllm}" != local ]]; then
+        # the inference engine's share of accelerator memory (dfpo's local CPU rollout has none)
+        overrides+=("actor_rollout_ref.rollout.gpu_memory_utilization=${GPU_MEMORY_UTILIZATION:-0.7}")
+    fi
     if [[ "$use_dynamic_bsz" == true ]]; then
         overrides+=(
             "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=$PPO_MAX_TOKEN_LEN_PER_GPU"

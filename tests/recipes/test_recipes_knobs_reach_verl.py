@@ -76,10 +76,6 @@ def _cpu_cases() -> list:
     return cases
 
 
-# Keys recipes/common.sh sets for every rollout that ROLLOUT_NAME=local never reads (the local server
-# has no memory pool). The fix belongs in common.sh: set the key only for a rollout that reads it.
-# test_the_local_rollout_exemptions_are_still_needed keeps this list exact.
-UNREAD_WITH_LOCAL_ROLLOUT = frozenset({"actor_rollout_ref.rollout.gpu_memory_utilization"})
 
 # A changed value for every knob recipes/models/cpu_base.sh defines, with the setting it needs to act.
 CPU_KNOB_VALUES: dict[str, tuple[str, dict[str, str]]] = {
@@ -311,20 +307,10 @@ def test_every_key_a_cpu_recipe_sets_is_read_on_the_path_that_runs(script, varia
             f"{script} {variables} sets {key}, which no reader in tests/recipes/verl_readers.py reads on the path "
             "python -m dfpo.main runs (find the line of verl, vLLM or dfpo that reads it, or stop setting it)"
         )
-        if variables["ROLLOUT_NAME"] == "local" and key in UNREAD_WITH_LOCAL_ROLLOUT:
-            continue
         assert running_reader(key, cfg) is not None, (
             f"{script} {variables} sets {key}, but {', '.join(r.file for r in found[1])} reads it only under a "
             "condition that is off in this config"
         )
-
-
-def test_the_local_rollout_exemptions_are_still_needed():
-    command, cfg = _compose(CPU_SCRIPT, (("ROLLOUT_NAME", "local"),))
-    keys = {o.split("=", 1)[0].lstrip("+") for o in command.overrides}
-    for key in UNREAD_WITH_LOCAL_ROLLOUT:
-        assert key in keys, f"{CPU_SCRIPT} no longer sets {key} with ROLLOUT_NAME=local: remove it from UNREAD_WITH_LOCAL_ROLLOUT"
-        assert running_reader(key, cfg) is None, f"{key} has a reader with ROLLOUT_NAME=local: remove it from UNREAD_WITH_LOCAL_ROLLOUT"
 
 
 def test_the_cpu_knobs_are_the_ones_cpu_base_defines():
