@@ -261,7 +261,6 @@ def _lcb_parquet(path: Path) -> Path:
 
 
 def test_real_reward_scorer_scores_known_answers(tmp_path, write_math_parquet_fn):
-    pytest.importorskip("reward.score")
     math_file = write_math_parquet_fn(tmp_path / "aime.parquet", "aime25", ["204", "\\frac{1}{2}"])
     problems = load_problems(math_file) + load_problems(_lcb_parquet(tmp_path / "lcb.parquet"))
     good, bad = "```python\nprint(int(input()) * 2)\n```", "```python\nprint(int(input()) + 1)\n```"
@@ -286,7 +285,6 @@ def test_real_reward_scorer_scores_known_answers(tmp_path, write_math_parquet_fn
 
 
 def test_generate_command_with_worker_processes_and_the_real_scorer(tiny_model_dir, tmp_path, write_math_parquet_fn):
-    pytest.importorskip("reward.score")
     write = write_math_parquet_fn
     data = write(tmp_path / "aime.parquet", "aime25", ["2", "6", "9"])
     out = tmp_path / "cli_run"
@@ -427,6 +425,15 @@ def test_transformers_backend_end_of_sequence_handling(tiny_backend):
     assert finished.text == tiny_backend.tokenizer.decode([5, 6])
     running = tiny_backend._completion([5] * SAMPLING.max_new_tokens, seed=1)
     assert (running.num_tokens, running.truncated) == (SAMPLING.max_new_tokens, True)
+
+
+def test_greedy_decoding_gives_k_equal_samples(tiny_model_dir):
+    """transformers refuses num_return_sequences > 1 without sampling: at temperature 0 the backend
+    decodes once per problem and returns that response k times."""
+    greedy = TransformersBackend(str(tiny_model_dir), SamplingConfig(temperature=0.0, max_new_tokens=8), device="cpu", dtype="float32")
+    (samples,) = greedy.generate([GenerationRequest("a/0", [{"role": "user", "content": "hi"}], [7, 8, 9], 1)])
+    assert len(samples) == 3 and len({(c.text, c.num_tokens, c.truncated) for c in samples}) == 1
+    assert [c.seed for c in samples] == [7, 7, 7]  # one batch, seeded with its first sample's seed
 
 
 def test_a_backend_failure_keeps_the_problems_already_generated(math_parquet, tmp_path):

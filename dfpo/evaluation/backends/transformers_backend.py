@@ -107,6 +107,13 @@ class TransformersBackend:
         text = self.tokenizer.decode(body, skip_special_tokens=True)
         return Completion(text=text, num_tokens=num_tokens, truncated=truncated, seed=seed)
 
+    def _generate(self, input_ids: Any, attention_mask: Any, n: int, kwargs: dict[str, Any], prompt_len: int) -> list[list[int]]:
+        import torch
+
+        with torch.no_grad():
+            out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, num_return_sequences=n, **kwargs)
+        return out[:, prompt_len:].tolist()
+
     def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
         """Draw len(request.seeds) samples for each request, one problem at a time."""
         import torch
@@ -120,15 +127,19 @@ class TransformersBackend:
             k = len(request.seeds)
             step = self.sample_batch_size or k
             completions: list[Completion] = []
+            greedy_rows: list[list[int]] | None = None
             for start in range(0, k, step):
                 n = min(step, k - start)
                 seed = request.seeds[start]
-                torch.manual_seed(seed)
-                with torch.no_grad():
-                    out = self.model.generate(
-                        input_ids=input_ids, attention_mask=attention_mask, num_return_sequences=n, **kwargs
-                    )
-                for row in out[:, len(prompt) :].tolist():
-                    completions.append(self._completion(row, seed))
+                if self.sampling.temperature == 0:
+                    # greedy: every sample is the same response, and transformers refuses
+                    # num_return_sequences > 1 without sampling; decode once per problem
+                    if greedy_rows is None:
+                        greedy_rows = self._generate(input_ids, attention_mask, 1, kwargs, len(prompt))
+                    rows = greedy_rows * n
+                else:
+                    torch.manual_seed(seed)
+                    rows = self._generate(input_ids, attention_mask, n, kwargs, len(prompt))
+                completions.extend(self._completion(row, seed) for row in rows)
             results.append(completions)
         return results

@@ -18,8 +18,8 @@ such a setting is refused before the model is loaded.
 On CPU (vLLM's CPU build, ``vllm.platforms.current_platform.is_cpu()``) three settings have no
 GPU meaning, and what is not given is chosen here (GPU runs keep vLLM's own defaults):
 
-* ``enforce_eager``: on by default (no CUDA graphs on CPU; without it vLLM compiles the model
-  with inductor, minutes on a small machine);
+* ``enforce_eager``: on by default (there are no CUDA graphs on CPU, and without it vLLM's CPU
+  build first compiles the model with torch's inductor, which the CPU recipes never do);
 * the KV cache: ``kv_cache_gib`` GiB, else ``VLLM_CPU_KVCACHE_SPACE`` (GiB, read by vLLM
   itself), else :data:`CPU_DEFAULT_KV_CACHE_GIB`. vLLM's GPU rule (``gpu_memory_utilization`` of
   the machine's whole memory) would claim 90 % of the host's RAM;
@@ -82,12 +82,14 @@ def cpu_kv_cache_gib(requested: float | None, environ: Mapping[str, str] = os.en
 
     vLLM overrides its engine argument with ``VLLM_CPU_KVCACHE_SPACE`` when that is set, so a
     request that disagrees with the variable is refused rather than silently ignored."""
-    env = environ.get(CPU_KV_CACHE_ENV, "")
-    if env:
+    if CPU_KV_CACHE_ENV in environ:
+        env = environ[CPU_KV_CACHE_ENV]
         try:
             from_env = float(int(env))
         except ValueError:
-            raise ValueError(f"{CPU_KV_CACHE_ENV}={env!r} must be a whole number of GiB (vLLM reads it as one)") from None
+            raise ValueError(
+                f"{CPU_KV_CACHE_ENV}={env!r} must be a whole number of GiB (vLLM reads it as one); set it or unset it"
+            ) from None
         if requested is not None and requested != from_env:
             raise ValueError(
                 f"--kv-cache-gib {requested:g} disagrees with {CPU_KV_CACHE_ENV}={env}, which vLLM's CPU "
