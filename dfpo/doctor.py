@@ -207,7 +207,9 @@ def check_cpu_backend() -> Check:
 
 
 CPU_RUN_MEMORY_GIB = 8.0
-"""Available memory a CPU training run through vLLM needs (see ``check_cpu_memory``)."""
+"""Available memory a CPU training run through vLLM needs, estimated from its parts (a vLLM engine:
+three processes of ~2-3 GB together plus its KV cache; Ray's own processes; the trainer's ranks and
+TaskRunner); a shortfall is a warning, not a failure."""
 
 
 def check_cpu_memory(meminfo_text: str | None = None) -> Check:
