@@ -5,7 +5,7 @@
 # exits 1 if any failed. About 10 minutes on one H100/H200 once the model is on disk.
 #
 #   MODEL_PATH=/path/to/Qwen3-0.6B bash scripts/gpu_smoke.sh
-#   bash scripts/gpu_smoke.sh --cpu          # the same stages on CPU (about 5 minutes on 2 cores)
+#   bash scripts/gpu_smoke.sh --cpu          # the same stages on CPU (6-9 minutes on 2 cores)
 #
 # MODEL_PATH: a local Qwen3-0.6B checkpoint (hf download Qwen/Qwen3-0.6B --local-dir ...).
 # OUTPUT_ROOT (default ~/dfpo_gpu_smoke): data, checkpoints, logs and the evaluation go there; each

@@ -7,7 +7,7 @@ verl.model_merger`` and ``-m dfpo.evaluation.generate``; everything else — the
 data_prep, ``python -m dfpo.run_checks`` on the log, the recipe and its launcher — runs for real.
 The last test runs ``bash scripts/gpu_smoke.sh --cpu`` with nothing stood in: the doctor, the
 tiny model and data, 2 DFPO steps and a bypass-mode step through verl's vLLM rollout on vLLM's
-CPU build, verl.model_merger and the vLLM evaluation backend on CPU (about 5 minutes on 2 cores).
+CPU build, verl.model_merger and the vLLM evaluation backend on CPU (6-9 minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from tests.e2e.recipe_runs import run_command
 from tests.recipes.recipe_commands import REPO_ROOT
 
 STAGES = ("environment", "toy data", "train DFPO 2 steps", "bypass mode", "merge", "evaluate 2 problems")
-# The whole CPU mode on a quiet 2-core machine takes about 5 minutes (measured, see the test); far
+# The whole CPU mode took 6 min 5 s (load 2-4) and 8 min 49 s (load 3-4) on a shared 2-core machine; far
 # beyond that something hangs.
 CPU_SMOKE_TIMEOUT_S = 900
 
