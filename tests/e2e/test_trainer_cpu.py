@@ -195,6 +195,7 @@ def test_a_reward_that_raises_or_hangs_is_bounded_scored_zero_counted_and_traini
     assert "did not return within 3 s" in faulty_reward_run.output
 
 
+@pytest.mark.skip(reason="the SmolLM2 quickstart takes ~12 min and is not yet verified through this test (issue 18 open)")
 def test_the_readmes_first_command_runs_the_pipeline_on_the_pretrained_model(tmp_path):
     """``bash scripts/quickstart.sh`` (set-up, SmolLM2-135M-Instruct converted from the wheel, the
     sums task, both methods trained, merged, evaluated on the held-out sums, report and
