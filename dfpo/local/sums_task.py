@@ -27,6 +27,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from dfpo.local.toy_task import ArithmeticProblem
+
 MAX_TERM = 9
 MIN_TEST_PROBLEMS = 40
 SPLIT_SEED = 0
@@ -38,28 +40,12 @@ TEST_TITLE, TRAIN_TITLE = "Held-out sums", "Training sums"
 
 
 @dataclass(frozen=True)
-class SumProblem:
-    a: int
-    b: int
-
-    @property
-    def problem(self) -> str:
-        return f"What is {self.a} + {self.b}?"
-
-    @property
-    def answer(self) -> str:
-        return str(self.a + self.b)
-
-    @property
-    def id(self) -> str:
-        return f"{self.a}+{self.b}"
+class SumProblem(ArithmeticProblem):
+    """A sum "What is a + b?" (the tiny task's problem), with its unordered pair for the split."""
 
     @property
     def pair(self) -> frozenset[int]:
         return frozenset({self.a, self.b})
-
-    def raw_row(self) -> dict:
-        return {"problem": self.problem, "answer": self.answer, "id": self.id}
 
 
 def sums_split() -> tuple[list[SumProblem], list[SumProblem]]:
