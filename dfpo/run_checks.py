@@ -3,8 +3,10 @@
 Reads verl's file log of one launch and checks, printing one PASS/FAIL line each:
 
 * every step 1..N was logged (a resumed run that silently trained 0 steps fails here);
-* the reward was computed (``critic/score/mean``) and the gradient is finite and non-zero
-  (``actor/grad_norm``);
+* the reward was computed (``critic/score/mean``) and the gradient is finite at every step and
+  non-zero at every step with a learning signal (``actor/grad_norm``). A step whose groups all
+  scored alike (every advantage 0: ``critic/advantages/max`` = ``min`` = 0, e.g. no response of a
+  weak model right) has a zero gradient by construction; at least one step must have a signal;
 * for DFPO (``--dfpo``): the transform cancels the shared-token gradient
   (``actor/dfpo/cancellation_residual_after`` < 1e-6);
 * ``--old-log-probs recomputed|rollout``: whether the DFPO worker found the old log-probs
@@ -51,6 +53,30 @@ def _values(log: TrainingLog, key: str) -> list[float]:
     return [] if series is None else [float(v) for v in series.values]
 
 
+def _gradient_check(log: TrainingLog) -> tuple[bool, str]:
+    """Finite everywhere; non-zero wherever some advantage is non-zero; at least one such step."""
+    grad = log.get("actor/grad_norm")
+    if grad is None or len(grad.values) == 0:
+        return False, "finite non-zero gradient: actor/grad_norm not logged"
+    adv_max, adv_min = log.get("critic/advantages/max"), log.get("critic/advantages/min")
+    signal_steps = []
+    for step, value in zip(grad.steps.tolist(), grad.values.tolist()):
+        if not math.isfinite(value):
+            return False, f"finite non-zero gradient: actor/grad_norm = {value} at step {step}"
+        spread = [series.values[series.steps == step] for series in (adv_max, adv_min) if series is not None]
+        # without the advantage metrics every step counts as one with a signal
+        has_signal = len(spread) < 2 or any(float(v[0]) != 0.0 for v in spread if len(v))
+        if has_signal:
+            signal_steps.append(step)
+            if value <= 0:
+                return False, f"finite non-zero gradient: actor/grad_norm = 0 at step {step}, whose advantages are not all 0"
+    text = f"finite non-zero gradient: actor/grad_norm = {grad.values.tolist()}"
+    if not signal_steps:
+        return False, f"{text}: no step had a learning signal (every advantage 0: all responses of each group scored alike), so the gradient was never tested; rerun with more steps"
+    skipped = sorted(set(grad.steps.tolist()) - set(signal_steps))
+    return True, text + (f" (steps {skipped}: every advantage 0, no signal)" if skipped else "")
+
+
 def check_run(
     log: TrainingLog, steps: int, dfpo: bool, old_log_probs: str | None, rollout_numerics: str = "bf16"
 ) -> list[tuple[bool, str]]:
@@ -61,8 +87,7 @@ def check_run(
     results.append((all(s in logged for s in expected), f"steps {expected[0]}..{expected[-1]} logged (found {logged})"))
     score = _values(log, "critic/score/mean")
     results.append((bool(score) and all(math.isfinite(v) for v in score), f"reward computed: critic/score/mean = {score}"))
-    grad = _values(log, "actor/grad_norm")
-    results.append((bool(grad) and all(math.isfinite(v) and v > 0 for v in grad), f"finite non-zero gradient: actor/grad_norm = {grad}"))
+    results.append(_gradient_check(log))
     if dfpo:
         residual = _values(log, "actor/dfpo/cancellation_residual_after")
         ok = bool(residual) and max(residual) < RESIDUAL_TOLERANCE

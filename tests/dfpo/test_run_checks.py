@@ -71,3 +71,48 @@ def test_in_bypass_mode_the_gap_is_not_computed_and_not_required(tmp_path):
     assert ok and "not computed in bypass mode" in text
     assert gap_check([None, None], "recomputed")[0] is False
     assert gap_check([1e-5, 0.02], "rollout")[0] is False
+
+
+def _gradient_log(tmp_path, steps: list[tuple[float, float, float]]):
+    """steps: (grad_norm, advantages max, advantages min) per step."""
+    path = tmp_path / "grad.jsonl"
+    lines = [
+        json.dumps({"step": step, "data": {
+            "critic/score/mean": 0.1, "actor/grad_norm": grad, "critic/advantages/max": hi, "critic/advantages/min": lo,
+            "actor/dfpo/cancellation_residual_after": 1e-9, "training/rollout_probs_diff_max": 1e-5,
+        }})
+        for step, (grad, hi, lo) in enumerate(steps, start=1)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _gradient_check(path, steps: int):
+    (result,) = [(ok, text) for ok, text in check_run(read_file_log(path), steps, True, None, "fp32") if text.startswith("finite non-zero gradient")]
+    return result
+
+
+@pytest.mark.parametrize(
+    ("steps", "passes", "says"),
+    [
+        ([(0.2, 2.4, -0.7), (0.1, 1.1, -0.3)], True, None),
+        # step 2: no response right, every advantage 0 -> a zero gradient is what the update must give
+        ([(0.2, 2.4, -0.7), (0.0, 0.0, 0.0)], True, "steps [2]: every advantage 0"),
+        ([(0.2, 2.4, -0.7), (0.0, 1.1, -0.3)], False, "= 0 at step 2, whose advantages are not all 0"),
+        ([(0.0, 0.0, 0.0), (0.0, 0.0, 0.0)], False, "no step had a learning signal"),
+        ([(0.2, 2.4, -0.7), (float("nan"), 1.1, -0.3)], False, "at step 2"),
+    ],
+)
+def test_a_zero_gradient_fails_only_where_there_was_a_learning_signal(tmp_path, steps, passes, says):
+    ok, text = _gradient_check(_gradient_log(tmp_path, steps), len(steps))
+    assert ok is passes, text
+    if says:
+        assert says in text
+
+
+def test_without_advantage_metrics_every_step_needs_a_gradient(tmp_path):
+    ok, _ = _gradient_check(_log(tmp_path, [1e-5, 1e-5]), 2)
+    assert ok
+    path = tmp_path / "no_adv.jsonl"
+    path.write_text("\n".join(json.dumps({"step": s, "data": {"critic/score/mean": 0.0, "actor/grad_norm": 0.0}}) for s in (1, 2)) + "\n")
+    assert _gradient_check(path, 2)[0] is False
