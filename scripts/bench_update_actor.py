@@ -12,6 +12,7 @@ forward of a mini-batch (``compute_log_prob`` on it).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import platform
 import statistics
 import sys
@@ -62,7 +63,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     with tempfile.TemporaryDirectory() as tmp, h.single_process_group():
-        spec = h.TinyModelSpec(hidden_size=64, intermediate_size=128, max_position_embeddings=256)
+        spec = dataclasses.replace(h.TINY_MODEL, hidden_size=64, intermediate_size=128)
         model_dir = h.save_tiny_model(Path(tmp) / "model", seed=0, spec=spec)
         batch = h.make_batch(model_dir, h.BatchSpec(num_prompts=args.prompts, n=args.n, response_len=tuple(args.response_len), seed=0))
         print(f"# machine: {platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}")

@@ -2,35 +2,35 @@
 
 The architecture is the one of the paper's models (Qwen3: RMSNorm, rotary attention with
 grouped KV heads, SwiGLU MLP), shrunk to two layers of width 64 so that a CPU trains it in
-seconds. Attention is the eager implementation in float32, which is deterministic on CPU.
+seconds. The model is the one tiny model definition (:mod:`dfpo.local.tiny_model`) without a
+tokenizer: the toy task's vocabulary is token ids only (:mod:`dfpo.demo.toy_task`). Attention is
+the eager implementation in float32, which is deterministic on CPU.
 """
 
 from __future__ import annotations
 
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import Qwen3ForCausalLM
 
 from dfpo.demo.toy_task import MAX_SEQUENCE_LEN, VOCAB_SIZE
+from dfpo.local.tiny_model import TinyModelSpec, build_model
 
 
 def build_policy(seed: int, hidden_size: int = 64, num_layers: int = 2) -> Qwen3ForCausalLM:
     """A randomly initialised tiny Qwen3 causal LM; the same ``seed`` gives the same weights."""
-    config = Qwen3Config(
+    spec = TinyModelSpec(
         vocab_size=VOCAB_SIZE,
         hidden_size=hidden_size,
         intermediate_size=2 * hidden_size,
         num_hidden_layers=num_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=hidden_size // 4,
+        head_dim=None,  # hidden_size / 4 heads
         max_position_embeddings=MAX_SEQUENCE_LEN,
+        seed=seed,
         tie_word_embeddings=False,
         attn_implementation="eager",
         use_cache=False,
     )
-    torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(config)
-    return model.to(torch.float32)
+    return build_model(spec)
 
 
 def response_logits(model: torch.nn.Module, prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:

@@ -1,13 +1,20 @@
-"""The tiny model of the CPU recipes: a small Qwen3 with a character-level chat tokenizer, warm-started.
+"""The tiny model, defined once: a small Qwen3 built in code (no download), and its character tokenizer.
 
-A randomly initialised model scores 0 on every sample, so its advantages and gradients are 0 and
-a run "passes" without testing the update. The model is therefore built in code and given a
-short supervised warm start on the toy task's training prompts (chat template applied exactly as
-verl's agent loop applies it) that teaches the ``\\boxed{}`` answer format with answers drawn at
-random (:func:`warm_start`): the rewards of a group differ from the first step, and which sum is
-right is learned by RL alone.
+:class:`TinyModelSpec` and :func:`build_model` build every tiny model here: the CPU recipes' (the
+defaults, warm-started by :func:`ensure_tiny_model` for ``python -m dfpo.local.prepare``), the
+learning-tax demo's (:func:`dfpo.demo.policy_model.build_policy`, no tokenizer) and the untrained
+ones of ``tests/integration/cpu_verl_harness.py`` and ``tests/evaluation/conftest.py``
+(:func:`save_untrained_model`), each at its own size and seed and in the variant its tests were
+verified with (Qwen2, untied output layer, eager attention).
 
-Everything is deterministic for a given :class:`TinyModelSpec`; the checkpoint records its spec
+For the CPU recipes a randomly initialised model would not do: it scores 0 on every sample, so
+its advantages and gradients are 0 and a run "passes" without testing the update. Their model is
+therefore given a short supervised warm start on the toy task's training prompts (chat template
+applied exactly as verl's agent loop applies it) that teaches the ``\\boxed{}`` answer format with
+answers drawn at random (:func:`warm_start`): the rewards of a group differ from the first step,
+and which sum is right is learned by RL alone.
+
+Everything is deterministic for a given :class:`TinyModelSpec`; the recipes' checkpoint records its spec
 (``dfpo_tiny_model.json``) and is reused by reruns built from the same spec.
 
 The tokenizer is built in code (no download): one token per printable ASCII character plus
@@ -44,21 +51,26 @@ CHAT_TEMPLATE = (
 
 @dataclass(frozen=True)
 class TinyModelSpec:
-    """Architecture and warm start of the tiny model (every field enters the cache key)."""
+    """Architecture, initialisation and warm start of a tiny model (every field enters the cache
+    key of :func:`ensure_tiny_model`). The defaults are the CPU recipes' model."""
 
     hidden_size: int = 128
     intermediate_size: int = 256
     num_hidden_layers: int = 2
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
-    head_dim: int = 32
-    vocab_size: int = 128  # the character tokenizer's ids, padded with unused filler tokens
+    head_dim: int | None = 32  # None: hidden_size // num_attention_heads (the only value Qwen2 has)
+    vocab_size: int = 128  # for the CPU recipes, the character tokenizer's ids and unused ids above them
     max_position_embeddings: int = 512
-    seed: int = 0
-    warm_start_steps: int = 60
+    seed: int = 0  # of the initial weights and of the warm start's sampling
+    warm_start_steps: int = 60  # warm_start_*: read by ensure_tiny_model only
     warm_start_lr: float = 1e-2
     warm_start_batch: int = 16
-
+    # Variants kept for the models the demo and tests were verified with:
+    architecture: str = "qwen3"  # or "qwen2" (no q/k norms): the verl harness and evaluation tests
+    tie_word_embeddings: bool = True  # False: the demo and the verl harness
+    attn_implementation: str | None = None  # None: transformers' default; "eager": the demo and verl harness
+    use_cache: bool = True  # False: the demo (full-sequence forwards only)
 
 
 def build_char_tokenizer(extra_tokens: int = 0):
@@ -99,30 +111,56 @@ def response_ids(tokenizer, answer: str) -> list[int]:
     return tokenizer.encode(f"\\boxed{{{answer}}}", add_special_tokens=False) + [tokenizer.convert_tokens_to_ids(IM_END)]
 
 
-def build_model(spec: TinyModelSpec, tokenizer):
-    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+def build_model(spec: TinyModelSpec, tokenizer=None):
+    """The randomly initialised fp32 model of ``spec`` (the same spec, the same weights).
 
-    if len(tokenizer) > spec.vocab_size:
-        raise ValueError(f"vocab_size={spec.vocab_size} is smaller than the tokenizer's {len(tokenizer)} tokens")
-    im_end = tokenizer.convert_tokens_to_ids(IM_END)
-    config = Qwen3Config(
+    With a ``tokenizer``, the model's padding and end-of-sequence ids and its generation config
+    (stop at the tokenizer's eos token) are the tokenizer's; without one (the demo, whose toy
+    vocabulary has no tokenizer) no special token ids are set."""
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    architectures = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM)}
+    if spec.architecture not in architectures:
+        raise ValueError(f"architecture={spec.architecture!r}: expected one of {sorted(architectures)}")
+    config_class, model_class = architectures[spec.architecture]
+    head_dim = spec.head_dim if spec.head_dim is not None else spec.hidden_size // spec.num_attention_heads
+    kwargs = {}
+    if spec.architecture == "qwen3":
+        kwargs["head_dim"] = head_dim
+    elif head_dim * spec.num_attention_heads != spec.hidden_size:
+        raise ValueError(f"Qwen2's head_dim is hidden_size / num_attention_heads, not {head_dim}: {spec}")
+    if spec.attn_implementation is not None:
+        kwargs["attn_implementation"] = spec.attn_implementation
+    if tokenizer is not None:
+        if len(tokenizer) > spec.vocab_size:
+            raise ValueError(f"vocab_size={spec.vocab_size} is smaller than the tokenizer's {len(tokenizer)} tokens")
+        kwargs.update(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    config = config_class(
         vocab_size=spec.vocab_size,
         hidden_size=spec.hidden_size,
         intermediate_size=spec.intermediate_size,
         num_hidden_layers=spec.num_hidden_layers,
         num_attention_heads=spec.num_attention_heads,
         num_key_value_heads=spec.num_key_value_heads,
-        head_dim=spec.head_dim,
         max_position_embeddings=spec.max_position_embeddings,
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=im_end,
-        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=spec.tie_word_embeddings,
+        use_cache=spec.use_cache,
+        **kwargs,
     )
     torch.manual_seed(spec.seed)
-    model = Qwen3ForCausalLM(config).to(torch.float32)
-    model.generation_config = GenerationConfig(eos_token_id=[im_end], pad_token_id=tokenizer.pad_token_id)
+    model = model_class(config).to(torch.float32)
+    if tokenizer is not None:
+        model.generation_config = GenerationConfig(eos_token_id=[tokenizer.eos_token_id], pad_token_id=tokenizer.pad_token_id)
     return model
+
+
+def save_untrained_model(directory: str | os.PathLike, spec: TinyModelSpec, tokenizer) -> Path:
+    """:func:`build_model` of ``spec`` (no warm start) saved to ``directory`` with ``tokenizer``."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    build_model(spec, tokenizer).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
 
 
 def warm_start(model, tokenizer, spec: TinyModelSpec, prompts: list[str], answer_pool: list[str]) -> list[float]:

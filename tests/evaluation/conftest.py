@@ -19,10 +19,16 @@ SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
 def build_tiny_model(model_dir: Path) -> Path:
-    """Train a byte-level BPE tokenizer in memory and save it with a random 2-layer Qwen2."""
-    import torch
+    """Train a byte-level BPE tokenizer in memory and save it with a random 2-layer Qwen2 (the one
+    tiny model definition, :mod:`dfpo.local.tiny_model`, at this fixture's size).
+
+    The tokenizer is not the recipes' character tokenizer: evaluation reads a real model's
+    tokenizer, which is byte-level like Qwen's (any text round-trips), and its chat template
+    opens the thinking block (``enable_thinking``) that Qwen3's does."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import PreTrainedTokenizerFast
+
+    from dfpo.local.tiny_model import TinyModelSpec, save_untrained_model
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -43,24 +49,17 @@ def build_tiny_model(model_dir: Path) -> Path:
         additional_special_tokens=["<|im_start|>"],
     )
     tokenizer.chat_template = CHAT_TEMPLATE
-    torch.manual_seed(0)
-    config = Qwen2Config(
+    spec = TinyModelSpec(
+        architecture="qwen2",
         vocab_size=len(tokenizer),
         hidden_size=32,
         intermediate_size=64,
-        num_hidden_layers=2,
         num_attention_heads=2,
         num_key_value_heads=1,
+        head_dim=None,
         max_position_embeddings=256,
-        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
-        pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=True,
     )
-    model = Qwen2ForCausalLM(config)
-    model_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
-    return model_dir
+    return save_untrained_model(model_dir, spec, tokenizer)
 
 
 def write_math_parquet(path: Path, data_source: str, answers: list[str], difficulties: list[str] | None = None) -> Path:

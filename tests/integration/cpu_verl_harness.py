@@ -12,10 +12,11 @@ missing, through verl's own extension points, without editing verl's files:
 
 On top of the shim, what a test needs (each documented below):
 
-* model and config: :func:`save_tiny_model` / :func:`ensure_tiny_model` (a random 2-layer fp32
-  Qwen2 and an offline tokenizer), :func:`compose_actor_config` (verl's ``ppo_trainer`` composed
-  with Hydra, :data:`CPU_OVERRIDES` first), :func:`build_actor_worker` (a real
-  ``ActorRolloutRefWorker(role="actor")`` after ``init_model()``);
+* model and config: :func:`save_tiny_model` / :func:`ensure_tiny_model` (:data:`TINY_MODEL`, a
+  random 2-layer fp32 Qwen2 of :mod:`dfpo.local.tiny_model`, and an offline tokenizer),
+  :func:`compose_actor_config` (verl's ``ppo_trainer`` composed with Hydra, :data:`CPU_OVERRIDES`
+  first), :func:`build_actor_worker` (a real ``ActorRolloutRefWorker(role="actor")`` after
+  ``init_model()``);
 * data: :func:`make_batch` (the jagged TensorDict the V1 trainer hands the worker),
   :func:`with_update_meta` / :func:`with_log_prob_meta` / :func:`update_meta_from_config` (the
   non-tensor fields ``_update_actor`` / ``_compute_old_log_prob`` attach),
@@ -42,7 +43,7 @@ import traceback
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,7 @@ from verl.plugin.platform import PlatformBase, get_platform, set_platform
 
 from dfpo.local.activate import register_cpu_engine
 from dfpo.local.platform import CPU_PLATFORM_NAME, PlatformCPU
-from dfpo.local.tiny_model import build_char_tokenizer
+from dfpo.local.tiny_model import TinyModelSpec, build_char_tokenizer, save_untrained_model
 
 # The repository root, put on a rank process's sys.path before it runs the test's function.
 _REPO_ROOT = str(Path(__file__).resolve().parents[2])
@@ -98,23 +99,24 @@ def install_cpu_platform() -> PlatformBase:
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class TinyModelSpec:
-    """A 2-layer Qwen2 small enough for many update steps per second on one CPU core."""
+# The one tiny model definition (dfpo.local.tiny_model) as this harness's tests were verified with
+# it: a 2-layer Qwen2 of width 32 (4 heads of 8), untied output layer, eager attention, small enough
+# for many update steps per second on one CPU core; verl's synthetic padding samples are 128 tokens
+# long.
+TINY_MODEL = TinyModelSpec(
+    architecture="qwen2",
+    vocab_size=128,
+    hidden_size=32,
+    intermediate_size=64,
+    head_dim=None,
+    max_position_embeddings=256,
+    tie_word_embeddings=False,
+    attn_implementation="eager",
+)
 
-    vocab_size: int = 128
-    hidden_size: int = 32
-    intermediate_size: int = 64
-    num_hidden_layers: int = 2
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
-    # verl's synthetic padding samples are 128 tokens long.
-    max_position_embeddings: int = 256
-
-
-# dfpo's character-level chat tokenizer (dfpo.local.tiny_model): padding 0, two special tokens,
-# then one token per printable character and fillers up to vocab_size.
-PAD_TOKEN_ID, BOS_TOKEN_ID, EOS_TOKEN_ID = 0, 1, 2
+# dfpo's character-level chat tokenizer (dfpo.local.tiny_model): padding 0, <|im_start|> 1,
+# <|im_end|> (eos) 2, then one token per printable character and fillers up to vocab_size.
+EOS_TOKEN_ID = 2
 FIRST_ORDINARY_TOKEN_ID = 3
 
 
@@ -124,32 +126,11 @@ def _build_tokenizer(vocab_size: int):
     return build_char_tokenizer(extra_tokens=max(0, vocab_size - len(tokenizer)))
 
 
-def save_tiny_model(directory: str | os.PathLike, seed: int = 0, spec: TinyModelSpec = TinyModelSpec()) -> str:
-    """Save a randomly initialised fp32 Qwen2 (``attn_implementation="eager"``) and its tokenizer
-    to ``directory``; returns the directory as a string. Same seed, same weights."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    directory = str(directory)
-    os.makedirs(directory, exist_ok=True)
-    config = Qwen2Config(
-        vocab_size=spec.vocab_size,
-        hidden_size=spec.hidden_size,
-        intermediate_size=spec.intermediate_size,
-        num_hidden_layers=spec.num_hidden_layers,
-        num_attention_heads=spec.num_attention_heads,
-        num_key_value_heads=spec.num_key_value_heads,
-        max_position_embeddings=spec.max_position_embeddings,
-        tie_word_embeddings=False,
-        pad_token_id=PAD_TOKEN_ID,
-        bos_token_id=BOS_TOKEN_ID,
-        eos_token_id=EOS_TOKEN_ID,
-        attn_implementation="eager",
-    )
-    torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config).to(torch.float32)
-    model.save_pretrained(directory)
-    _build_tokenizer(spec.vocab_size).save_pretrained(directory)
-    return directory
+def save_tiny_model(directory: str | os.PathLike, seed: int = 0, spec: TinyModelSpec = TINY_MODEL) -> str:
+    """Save the untrained fp32 model of ``spec`` with initial-weights seed ``seed`` (default: the
+    harness's :data:`TINY_MODEL`) and its tokenizer to ``directory``; returns the directory as a
+    string. Same seed, same weights."""
+    return str(save_untrained_model(directory, replace(spec, seed=seed), _build_tokenizer(spec.vocab_size)))
 
 
 def load_hf_model(model_dir: str | os.PathLike):
@@ -214,15 +195,10 @@ CPU_OVERRIDES: tuple[str, ...] = (
 )
 
 
-def _verl_config_dir() -> str:
-    import verl
-
-    return os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
-
-
 def compose_actor_config(model_dir: str | os.PathLike, config_overrides: Sequence[str] = ()):
-    """verl's full ``ppo_trainer`` config (a DictConfig) composed with Hydra, pointed at
-    ``model_dir``, with :data:`CPU_OVERRIDES` and then ``config_overrides`` applied.
+    """verl's full ``ppo_trainer`` config (a DictConfig) composed with Hydra
+    (:func:`dfpo.hydra_config.compose_trainer_config`), pointed at ``model_dir``, with
+    :data:`CPU_OVERRIDES` and then ``config_overrides`` applied.
 
     Composition takes seconds on CPU, so results are cached per (model_dir, overrides) in this
     process; every call returns a fresh copy that the caller may modify.
@@ -233,12 +209,12 @@ def compose_actor_config(model_dir: str | os.PathLike, config_overrides: Sequenc
 
 @functools.lru_cache(maxsize=64)
 def _compose_cached(overrides: tuple[str, ...]):
-    from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=_verl_config_dir(), version_base=None):
-        return compose("ppo_trainer", overrides=list(overrides))
+    from dfpo.hydra_config import compose_trainer_config
+
+    GlobalHydra.instance().clear()  # a Hydra left initialised elsewhere in the process would refuse
+    return compose_trainer_config(overrides, config_name="ppo_trainer")
 
 
 def build_actor_worker(config_overrides, tmp_path: str | os.PathLike, *, model_seed: int = 0):
@@ -359,7 +335,7 @@ class BatchSpec:
     prompt_len: tuple[int, int] = (3, 8)  # inclusive range
     response_len: tuple[int, int] = (2, 10)  # inclusive range
     seed: int = 0
-    vocab_size: int = TinyModelSpec.vocab_size
+    vocab_size: int = TINY_MODEL.vocab_size
     # Synthetic padding samples appended the way the V1 trainer's upsampling does (uid
     # ``pad<hex>``, 127 prompt tokens, 1 response token, all-zero response/loss mask).
     num_padding_samples: int = 0
