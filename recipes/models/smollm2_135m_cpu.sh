@@ -16,7 +16,7 @@ OUTPUT_ROOT="$(dfpo_expand_home "$OUTPUT_ROOT")"
 : "${VAL_FILES:=$DATA_DIR/digit_sums_test.parquet}"
 
 : "${NNODES:=1}"                      # one machine
-: "${GPUS_PER_NODE:=2}"               # CPU ranks (FSDP2 over gloo), each a logical Ray GPU
+: "${GPUS_PER_NODE:=1}"               # CPU ranks (FSDP2 over gloo), each a logical Ray GPU with its own vLLM engine (2 engines + 2 ranks: Ray's OOM killer on 24 GiB)
 : "${GROUP_SIZE:=8}"
 : "${TRAIN_BATCH_SIZE:=4}"            # prompts per step (x GROUP_SIZE responses)
 : "${PPO_MINI_BATCH_SIZE:=4}"         # one optimizer step per training step (on-policy)
@@ -33,9 +33,8 @@ OUTPUT_ROOT="$(dfpo_expand_home "$OUTPUT_ROOT")"
 : "${ROLLOUT_GPUS_PER_NODE:=1}"       # TRAINER_MODE=separate_async: CPU ranks of its own rollout
 : "${CHECKPOINT_ENGINE:=local}"       # separate_async's weight sync over gloo (dfpo/local/checkpoint_engine.py)
 : "${REWARD_NUM_WORKERS:=1}"
-: "${ROLLOUT_NAME:=local}"            # dfpo's transformers rollout (docs/cpu.md: measured against vllm for this model)
 : "${ACTOR_DTYPE:=bf16}"              # the actor's parameters and compute (cpu_base.sh); see docs/cpu.md for bf16 vs fp32
-: "${LR:=3e-5}"
+: "${LR:=2e-5}"                      # docs/cpu.md: 3e-5 collapsed the policy in one Adam step in 1 of 3 runs
 : "${LR_WARMUP_STEPS:=0}"
 : "${WEIGHT_DECAY:=0.0}"
 : "${TOTAL_TRAINING_STEPS:=10}"

@@ -3,7 +3,8 @@
 ``score`` becomes ``1 - score`` (binary rewards), which negates every group-normalised advantage
 exactly: Â_i = (r_i - mean_j r_j) / std_j r_j turns into -Â_i. ``acc`` is left as it is, so verl's
 validation still reports the true held-out accuracy. Selected by
-``DFPO_LEARNING_TEST_NEGATE=1 pytest tests/e2e/test_learning_cpu.py``, which must then fail.
+``DFPO_LEARNING_TEST_NEGATE=1 bash scripts/test.sh tests/e2e/test_quickstart_cpu.py``, whose learning test must
+then fail.
 """
 
 from __future__ import annotations

