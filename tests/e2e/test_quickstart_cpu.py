@@ -37,7 +37,10 @@ from tests.e2e.recipe_runs import REPO_ROOT, file_log_steps, run_command
 pytestmark = pytest.mark.slow
 
 STEPS = 4
-MIN_GAIN = 0.15  # DFPO's held-out avg@8 over the start's; measured gains: docs/cpu.md, "What it printed"
+# DFPO's held-out avg@8 over the start's. Measured over 5 seeds: +8 to +34 points (docs/cpu.md,
+# "What it printed"); the negated signal: below the start. 5 points is past the start's CI
+# half-width (about 4.5 points) and below the weakest seed's gain.
+MIN_GAIN = 0.05
 RUN_TIMEOUT_S = 1800  # measured 16 min (set-up done, 2 cores)
 N_HELD_OUT = 41
 K = 8
