@@ -12,9 +12,18 @@ there is room to learn. A plain group-baseline policy gradient raises its held-o
 ten steps, so the quickstart can show a policy getting better in minutes on a CPU.
 
 The split is by *unordered pair*: a held-out problem's two terms never appear together in a
-training problem, in either order (3 + 4 held out means 4 + 3 is held out too). A fixed, seeded
-shuffle of the pairs fills the held-out split until it holds at least :data:`MIN_TEST_PROBLEMS`
-problems; the demonstration's own pair is in neither split. The raw rows (plain math schema:
+training problem, in either order (3 + 4 held out means 4 + 3 is held out too). It is also
+*stratified by the answer*: for every sum 0..18, a fixed, seeded choice of its pairs holds out the
+share of its problems closest to :data:`HELD_OUT_FRACTION`, so both splits have the same answer
+distribution. Without that, a split drawn at random over pairs had 8 and 9 as the answers of 28 % of
+the training problems and of 7 % of the held-out ones: a policy that learned to answer "8" to
+everything earned more training reward than the start and looked, on held-out sums, like a
+collapse (measured: the quickstart's DFPO run answered ``\boxed{8}`` in 276 of 328 held-out
+samples). With the answers distributed alike, a constant answer earns about a tenth in either split,
+and a gain on held-out sums means the policy adds better. The demonstration's own pair is in
+neither split.
+
+The raw rows (plain math schema:
 ``problem``, ``answer``, ``id``) are written as JSON lines and turned into verl parquet by
 ``python -m data_prep.math --demonstration ...`` (sources ``digit_sums`` / ``digit_sums_test``),
 so the quickstart reads exactly what data_prep writes for the GPU recipes.
@@ -31,6 +40,7 @@ from dfpo.local.toy_task import ArithmeticProblem
 
 MAX_TERM = 9
 MIN_TEST_PROBLEMS = 40
+HELD_OUT_FRACTION = 0.42  # of each sum's problems: 41 of the 98 problems in all
 SPLIT_SEED = 0
 DEMONSTRATION = ("What is 2 + 5?", "7")
 DEMONSTRATION_PAIR = frozenset({2, 5})
@@ -49,20 +59,26 @@ class SumProblem(ArithmeticProblem):
 
 
 def sums_split() -> tuple[list[SumProblem], list[SumProblem]]:
-    """(train, held-out), each in (a, b) order; disjoint by unordered pair, the demonstration's
-    pair in neither, the held-out split at least :data:`MIN_TEST_PROBLEMS` problems."""
-    pairs = sorted(
-        {frozenset({a, b}) for a in range(MAX_TERM + 1) for b in range(MAX_TERM + 1)} - {DEMONSTRATION_PAIR},
-        key=sorted,
-    )
-    random.Random(SPLIT_SEED).shuffle(pairs)
+    """(train, held-out), each in (a, b) order: disjoint by unordered pair, the demonstration's pair
+    in neither, stratified by the answer (for each sum, the held-out share of its problems is the
+    one closest to :data:`HELD_OUT_FRACTION` that whole pairs allow)."""
+    by_sum: dict[int, list[frozenset[int]]] = {}
+    for a in range(MAX_TERM + 1):
+        for b in range(a, MAX_TERM + 1):
+            if frozenset({a, b}) != DEMONSTRATION_PAIR:
+                by_sum.setdefault(a + b, []).append(frozenset({a, b}))
+    rng = random.Random(SPLIT_SEED)
     held_out: set[frozenset[int]] = set()
-    count = 0
-    for pair in pairs:
-        if count >= MIN_TEST_PROBLEMS:
-            break
-        held_out.add(pair)
-        count += 2 if len(pair) == 2 else 1
+    for total in sorted(by_sum):
+        pairs = by_sum[total]
+        rng.shuffle(pairs)
+        # a pair stands for len(pair) problems: a + b and b + a, or a + a once
+        target = HELD_OUT_FRACTION * sum(len(pair) for pair in pairs)
+        count = 0
+        for pair in pairs:  # add whole pairs while that brings the count closer to the target
+            if abs(count + len(pair) - target) < abs(count - target):
+                held_out.add(pair)
+                count += len(pair)
     problems = [
         SumProblem(a, b)
         for a in range(MAX_TERM + 1)

@@ -32,7 +32,23 @@ def test_defaults_are_one_rank_and_k_8(monkeypatch):
     seen = {}
     monkeypatch.setattr(quickstart, "run", lambda *args: seen.setdefault("args", args) and {})
     assert quickstart.main(["--output-root", "/tmp/unused-quickstart", "--override", "a=1", "--override", "b=2"]) == 0
-    _, steps, ranks, k, seed, _, overrides = seen["args"]
+    _, steps, ranks, k, seed, _, overrides, methods = seen["args"]
     assert (steps, ranks, k, seed, overrides) == (quickstart.DEFAULT_STEPS, 1, 8, 1, ("a=1", "b=2"))
+    assert methods == quickstart.METHODS
     with pytest.raises(SystemExit):
         quickstart.main(["--ranks", "0"])
+
+
+def test_methods_selects_the_runs_and_the_report_baseline(tmp_path, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(quickstart, "run", lambda *args: seen.setdefault("args", args) and {})
+    assert quickstart.main(["--output-root", str(tmp_path), "--methods", "dfpo_min_replace"]) == 0
+    assert [m.recipe_method for m in seen["args"][-1]] == ["dfpo_min_replace"]
+    with pytest.raises(SystemExit):
+        quickstart.main(["--methods", "grpo"])
+    # without GSPO the report's baseline is the start; with it, GSPO (the paper's)
+    runs = tmp_path / "runs.yaml"
+    quickstart.write_runs_file(runs, {quickstart.START: tmp_path / "a", "DFPO (Min-Replace)": tmp_path / "b"}, {}, 1)
+    assert runs.read_text().startswith(f"baseline: {quickstart.START}\n")
+    quickstart.write_runs_file(runs, {quickstart.START: tmp_path / "a", "GSPO": tmp_path / "c"}, {}, 1)
+    assert runs.read_text().startswith("baseline: GSPO\n")

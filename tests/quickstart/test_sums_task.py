@@ -24,6 +24,20 @@ def test_split_is_disjoint_by_unordered_pair_and_holds_at_least_40_problems():
     assert sums_task.sums_split() == (train, held_out)  # fixed, seeded
 
 
+def test_split_is_stratified_by_the_answer():
+    # both splits have the same answer distribution, so no constant answer pays more in training
+    # than on held-out sums (a random split over pairs gave 8 and 9 to 28 % of the training problems)
+    train, held_out = sums_task.sums_split()
+    for total in range(19):
+        everything = sum(1 for p in train + held_out if p.a + p.b == total)
+        held = sum(1 for p in held_out if p.a + p.b == total)
+        # whole pairs (two problems each, or one for a + a) as close to the fraction as they allow
+        assert abs(held - sums_task.HELD_OUT_FRACTION * everything) <= 1.0, (total, held, everything)
+    for split in (train, held_out):
+        most_common = max(sum(1 for p in split if p.a + p.b == total) for total in range(19))
+        assert most_common / len(split) < 0.11
+
+
 def test_data_prep_writes_the_demonstration_turn_and_reward_scores_it(tmp_path):
     train_file, test_file = sums_task.prepare_parquet(tmp_path)
     train, held_out = sums_task.sums_split()

@@ -85,6 +85,7 @@ CPU_KNOB_VALUES: dict[str, tuple[str, dict[str, str]]] = {
     "VLLM_KV_CACHE_GB": ("3", {"ROLLOUT_NAME": "vllm"}),
     "WEIGHT_BUCKET_MB": ("512", {"ROLLOUT_NAME": "vllm"}),
     "RAY_OBJECT_STORE_BYTES": ("2000000000", {"ROLLOUT_NAME": "vllm"}),
+    "CPU_THREADS_PER_RANK": ("7", {"ROLLOUT_NAME": "vllm"}),
 }
 
 # A changed value for every knob of the table in docs/recipes.md, with the setting it needs to act at all.

@@ -368,6 +368,11 @@ READERS: dict[str, Reader | tuple[Reader, ...]] = {
         'env_platform = os.environ.get("VERL_PLATFORM", "").strip().lower()',
         via=(_RUNTIME_ENV, ("dfpo/local/activate.py", 'os.environ.get("VERL_PLATFORM", "").strip().lower() == CPU_PLATFORM_NAME')),
     ),
+    # torch's threads in every Ray process: Ray sets OMP_NUM_THREADS to an actor's CPUs (1 when it asks
+    # for none) only where the variable is unset; torch's thread pool then reads it
+    "ray_kwargs.ray_init.runtime_env.env_vars.OMP_NUM_THREADS": Reader(
+        "ray/_private/utils.py", 'num_threads_from_env = os.environ.get("OMP_NUM_THREADS")', via=(_RUNTIME_ENV,)
+    ),
     # vLLM's CPU platform sizes its KV cache from it, in the vLLM server actor's EngineCore process
     "ray_kwargs.ray_init.runtime_env.env_vars.VLLM_CPU_KVCACHE_SPACE": Reader(
         "vllm/platforms/cpu.py", "kv_cache_space = int(os.environ[env_key])", _vllm_on_cpu, via=(_RUNTIME_ENV,)
