@@ -258,6 +258,8 @@ def _recipe_env(cluster: Cluster, **knobs: str) -> dict[str, str]:
         **cluster.client_env,
         "NNODES": "2",
         "GPUS_PER_NODE": "1",
+        # both "nodes" share this machine's cores: one torch thread per rank, as on 2 cores before
+        "CPU_THREADS_PER_RANK": "1",
         "OUTPUT_ROOT": str(cluster.output_root),
         # one machine: its local disk is storage both nodes share
         "ALLOW_LOCAL_CHECKPOINTS": "1",
