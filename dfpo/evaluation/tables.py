@@ -113,6 +113,11 @@ class Markup:
         return _latex_p(p, n_resamples) if self.latex else format_p(p, n_resamples)
 
     @property
+    def dash(self) -> str:
+        """An empty cell."""
+        return "--" if self.latex else DASH
+
+    @property
     def mark(self) -> str:
         """The significance mark."""
         return r"$^\dagger$" if self.latex else "†"
@@ -151,14 +156,27 @@ def _best(results: ReportResults, model: str, source: str) -> float | None:
     return max(means) if means else None
 
 
-def _rows(results: ReportResults) -> list[tuple[str, str, list[Cell | None]]]:
+def _rows(results: ReportResults, entries: dict) -> list[tuple[str, str, list]]:
+    """(model, method, the entry of each benchmark or None) for each model and method with any
+    entry; ``entries`` is keyed by (model, method, benchmark)."""
     rows = []
     for model in results.config.models:
         for method in results.config.methods:
-            cells = [results.cells.get((model, method, src)) for src, _ in results.benchmarks]
-            if any(c is not None for c in cells):
-                rows.append((model, method, cells))
+            found = [entries.get((model, method, src)) for src, _ in results.benchmarks]
+            if any(f is not None for f in found):
+                rows.append((model, method, found))
     return rows
+
+
+def _markdown_table(title: str, header: list[str], rows: list[tuple[str, list[str]]]) -> list[str]:
+    """Lines of a Markdown table under ``title``: (model, the rest of the row) per row, the model
+    shown only where it changes, the first two columns left-aligned and the rest right-aligned."""
+    lines = [title, "", "| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (len(header) - 2)) + "|"]
+    previous = None
+    for model, texts in rows:
+        lines.append("| " + " | ".join([model if model != previous else "", *texts]) + " |")
+        previous = model
+    return lines
 
 
 def _significance_text(results: ReportResults) -> str:
@@ -179,7 +197,7 @@ def _caption(results: ReportResults) -> str:
 
 def _cell_text(results: ReportResults, cell: Cell | None, markup: Markup) -> str:
     if cell is None:
-        return DASH if not markup.latex else "--"
+        return markup.dash
     best = _best(results, cell.model, cell.benchmark)
     is_best = best is not None and abs(cell.ci.estimate - best) < 1e-12
     text = markup.estimate(cell.ci.estimate, cell.ci.half_width, is_best)
@@ -194,18 +212,11 @@ def _cell_text(results: ReportResults, cell: Cell | None, markup: Markup) -> str
 def table1_markdown(results: ReportResults) -> str:
     """Table 1 as a Markdown table with a caption line."""
     header = ["Model", "Method"] + [f"{_column_title(results, s, t)} (%)" for s, t in results.benchmarks]
-    lines = [
-        f"**Table 1.** {_caption(results)}",
-        "",
-        "| " + " | ".join(header) + " |",
-        "|" + "|".join(["---"] * 2 + ["---:"] * len(results.benchmarks)) + "|",
+    rows = [
+        (model, [_method_label(results, method), *(_cell_text(results, c, MD) for c in cells)])
+        for model, method, cells in _rows(results, results.cells)
     ]
-    previous = None
-    for model, method, cells in _rows(results):
-        shown = model if model != previous else ""
-        previous = model
-        texts = [_cell_text(results, c, MD) for c in cells]
-        lines.append("| " + " | ".join([shown, _method_label(results, method), *texts]) + " |")
+    lines = _markdown_table(f"**Table 1.** {_caption(results)}", header, rows)
     seeds = sorted({len(c.seeds) for c in results.cells.values()})
     lines += ["", f"Seeds per cell: {', '.join(map(str, seeds))}."]
     return "\n".join(lines) + "\n"
@@ -233,27 +244,36 @@ def _latex_table_head(
     return lines
 
 
-def _model_rule(n_columns: int, model: str) -> list[str]:
-    return [r"\midrule", rf"\multicolumn{{{n_columns}}}{{l}}{{\textit{{{latex_escape(model)}}}}} \\"]
-
-
 def _latex_table_end() -> list[str]:
     return [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
 
 
+def _latex_table(
+    caption: str,
+    label: str,
+    header: list[str],
+    rows: list[tuple[str, str, list[str]]],
+    spans: list[tuple[str, int]] | None = None,
+) -> str:
+    """A booktabs table of (model, row label, cell texts) rows under a rule naming each model."""
+    lines = _latex_table_head(caption, label, header, spans)
+    previous = None
+    for model, row_label, texts in rows:
+        if model != previous:
+            lines += [r"\midrule", rf"\multicolumn{{{len(header)}}}{{l}}{{\textit{{{latex_escape(model)}}}}} \\"]
+            previous = model
+        lines.append(latex_escape(row_label) + " & " + " & ".join(texts) + r" \\")
+    return "\n".join(lines + _latex_table_end()) + "\n"
+
+
 def table1_latex(results: ReportResults) -> str:
     """Table 1 as a LaTeX table (needs \\usepackage{booktabs})."""
-    n = len(results.benchmarks)
     header = ["Model variant"] + [latex_escape(f"{_column_title(results, s, t)} (%)") for s, t in results.benchmarks]
-    lines = _latex_table_head(_caption(results), "tab:main", header)
-    previous = None
-    for model, method, cells in _rows(results):
-        if model != previous:
-            lines += _model_rule(n + 1, model)
-            previous = model
-        texts = [_cell_text(results, c, TEX) for c in cells]
-        lines.append(latex_escape(_method_label(results, method)) + " & " + " & ".join(texts) + r" \\")
-    return "\n".join(lines + _latex_table_end()) + "\n"
+    rows = [
+        (model, _method_label(results, method), [_cell_text(results, c, TEX) for c in cells])
+        for model, method, cells in _rows(results, results.cells)
+    ]
+    return _latex_table(_caption(results), "tab:main", header, rows)
 
 
 DETAIL_COLUMNS: list[tuple[str, Callable[[Cell, Markup], str]]] = [
@@ -271,6 +291,10 @@ def _detail_titles(results: ReportResults, source: str) -> list[str]:
     return [name.format(k=k) for name, _ in DETAIL_COLUMNS]
 
 
+def _detail_texts(cells: list[Cell | None], markup: Markup) -> list[str]:
+    return [markup.dash if c is None else render(c, markup) for c in cells for _, render in DETAIL_COLUMNS]
+
+
 def _detail_caption(results: ReportResults) -> str:
     return (
         "Per benchmark: avg@k and pass@k in % (pass@k with n = k samples: a problem passes when one of its k "
@@ -284,19 +308,11 @@ def _detail_caption(results: ReportResults) -> str:
 def table1_detail_markdown(results: ReportResults) -> str:
     """avg@k, pass@k, mean response length and truncation rate beside each other, per benchmark."""
     header = ["Model", "Method"] + [f"{t} {name}" for s, t in results.benchmarks for name in _detail_titles(results, s)]
-    lines = [
-        f"**Table 1 details.** {_detail_caption(results)}",
-        "",
-        "| " + " | ".join(header) + " |",
-        "|" + "|".join(["---"] * 2 + ["---:"] * (len(header) - 2)) + "|",
+    rows = [
+        (model, [_method_label(results, method), *_detail_texts(cells, MD)])
+        for model, method, cells in _rows(results, results.cells)
     ]
-    previous = None
-    for model, method, cells in _rows(results):
-        shown = model if model != previous else ""
-        previous = model
-        texts = [DASH if c is None else render(c, MD) for c in cells for _, render in DETAIL_COLUMNS]
-        lines.append("| " + " | ".join([shown, _method_label(results, method), *texts]) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(_markdown_table(f"**Table 1 details.** {_detail_caption(results)}", header, rows)) + "\n"
 
 
 def table1_detail_latex(results: ReportResults) -> str:
@@ -304,18 +320,16 @@ def table1_detail_latex(results: ReportResults) -> str:
     width = len(DETAIL_COLUMNS)
     spans = [(latex_escape(t), width) for _, t in results.benchmarks]
     header = ["Method"] + [latex_escape(name) for s, _ in results.benchmarks for name in _detail_titles(results, s)]
-    lines = _latex_table_head(_detail_caption(results), "tab:main-details", header, spans)
-    previous = None
-    for model, method, cells in _rows(results):
-        if model != previous:
-            lines += _model_rule(len(header), model)
-            previous = model
-        texts = ["--" if c is None else render(c, TEX) for c in cells for _, render in DETAIL_COLUMNS]
-        lines.append(latex_escape(_method_label(results, method)) + " & " + " & ".join(texts) + r" \\")
-    return "\n".join(lines + _latex_table_end()) + "\n"
+    rows = [
+        (model, _method_label(results, method), _detail_texts(cells, TEX))
+        for model, method, cells in _rows(results, results.cells)
+    ]
+    return _latex_table(_detail_caption(results), "tab:main-details", header, rows, spans)
 
 
-def _comparison_text(results: ReportResults, c: Comparison, markup: Markup) -> str:
+def _comparison_text(results: ReportResults, c: Comparison | None, markup: Markup) -> str:
+    if c is None:
+        return markup.dash
     d = c.test.delta
     text = f"{markup.interval(d.estimate, d.low, d.high)} {markup.p(c.p_reported, results.settings.n_resamples)}"
     return text + (markup.mark if c.better(results.significance.alpha) else "")
@@ -338,14 +352,7 @@ def _paired_caption(results: ReportResults) -> str:
 
 
 def _paired_rows(results: ReportResults) -> list[tuple[str, str, list[Comparison | None]]]:
-    index = {(c.model, c.method, c.benchmark): c for c in results.comparisons}
-    rows = []
-    for model in results.config.models:
-        for method in results.config.methods:
-            found = [index.get((model, method, src)) for src, _ in results.benchmarks]
-            if any(f is not None for f in found):
-                rows.append((model, method, found))
-    return rows
+    return _rows(results, {(c.model, c.method, c.benchmark): c for c in results.comparisons})
 
 
 def paired_markdown(results: ReportResults) -> str:
@@ -353,34 +360,21 @@ def paired_markdown(results: ReportResults) -> str:
     header = ["Model", f"Method − {results.config.baseline}"] + [
         f"{_column_title(results, s, t)} Δ (pp)" for s, t in results.benchmarks
     ]
-    lines = [
-        f"**{_paired_title(results)}.** {_paired_caption(results)}",
-        "",
-        "| " + " | ".join(header) + " |",
-        "|" + "|".join(["---"] * 2 + ["---:"] * len(results.benchmarks)) + "|",
+    rows = [
+        (model, [method] + [_comparison_text(results, f, MD) for f in found])
+        for model, method, found in _paired_rows(results)
     ]
-    previous = None
-    for model, method, found in _paired_rows(results):
-        shown = model if model != previous else ""
-        previous = model
-        texts = [DASH if f is None else _comparison_text(results, f, MD) for f in found]
-        lines.append("| " + " | ".join([shown, method, *texts]) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(_markdown_table(f"**{_paired_title(results)}.** {_paired_caption(results)}", header, rows)) + "\n"
 
 
 def paired_latex(results: ReportResults) -> str:
     """The paired tests as a LaTeX table."""
-    n = len(results.benchmarks)
     header = ["Method"] + [latex_escape(f"{_column_title(results, s, t)} Δ (pp)") for s, t in results.benchmarks]
-    lines = _latex_table_head(f"{_paired_title(results)}. {_paired_caption(results)}", "tab:paired", header)
-    previous = None
-    for model, method, found in _paired_rows(results):
-        if model != previous:
-            lines += _model_rule(n + 1, model)
-            previous = model
-        texts = ["--" if f is None else _comparison_text(results, f, TEX) for f in found]
-        lines.append(latex_escape(method) + " & " + " & ".join(texts) + r" \\")
-    return "\n".join(lines + _latex_table_end()) + "\n"
+    rows = [
+        (model, method, [_comparison_text(results, f, TEX) for f in found])
+        for model, method, found in _paired_rows(results)
+    ]
+    return _latex_table(f"{_paired_title(results)}. {_paired_caption(results)}", "tab:paired", header, rows)
 
 
 def _group_blocks(
@@ -412,7 +406,7 @@ def _group_caption(results: ReportResults, model: str, method: str) -> str:
 
 def _group_cell(results: ReportResults, f: Comparison | None, markup: Markup) -> str:
     if f is None:
-        return "--" if markup.latex else DASH
+        return markup.dash
     mark = markup.mark if f.better(results.significance.alpha) else ""
     return f"{markup.pct(f.test.delta.estimate, True)} ({markup.p(f.p_reported, results.settings.n_resamples)}){mark}"
 
