@@ -165,11 +165,9 @@ def row_statistics(
     group_index: torch.Tensor,
     prefix_len: torch.Tensor | None = None,
     rollout_is_weights: torch.Tensor | None = None,
-    sums: TokenSums | None = None,
 ) -> RowStatistics:
     """The :class:`RowStatistics` of a (B, T) batch at the parameters that produced ``log_prob``."""
-    if sums is None:
-        sums = token_sums(log_prob.detach(), old_log_prob, response_mask, rollout_is_weights, prefix_len)
+    sums = token_sums(log_prob.detach(), old_log_prob, response_mask, rollout_is_weights, prefix_len)
     return row_statistics_from_sums(sums, advantages, response_mask, group_index)
 
 

@@ -35,14 +35,6 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from dfpo.staleness import policy_lag_metrics
 from dfpo.workers import OLD_LOG_PROBS_AT_STEP_PARAMS, DFPOActorRolloutRefWorker, DFPODetachActorWorker
 
-DFPO_TRAINER_MODE = "dfpo_sync"
-# dfpo's trainer mode -> the verl V1 trainer mode it runs
-DFPO_TRAINER_MODES = {
-    "dfpo_sync": "sync",
-    "dfpo_colocate_async": "colocate_async",
-    "dfpo_separate_async": "separate_async",
-}
-
 
 def bypass_mode(config) -> bool:
     """verl 0.9.1's test in ``_compute_old_log_prob``: old log-probs = the rollout's."""
@@ -114,6 +106,10 @@ class DFPOSeparateAsyncTrainer(_DFPOTrainer, PPOTrainerSeparateAsync):
         return super().old_log_probs_at_step_params() and self.local_trigger_step == 0
 
 
-for _trainer in (DFPOSyncTrainer, DFPOColocateAsyncTrainer, DFPOSeparateAsyncTrainer):
+DFPO_TRAINERS = (DFPOSyncTrainer, DFPOColocateAsyncTrainer, DFPOSeparateAsyncTrainer)
+# dfpo's trainer mode -> the verl V1 trainer mode it runs
+DFPO_TRAINER_MODES = {trainer.dfpo_mode: trainer.verl_mode for trainer in DFPO_TRAINERS}
+
+for _trainer in DFPO_TRAINERS:
     if TRAINER_REGISTRY.get(_trainer.dfpo_mode) is not _trainer:
         register_trainer(_trainer.dfpo_mode)(_trainer)

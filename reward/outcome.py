@@ -9,7 +9,6 @@ code samples.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 CORRECT = "correct"
 WRONG_ANSWER = "wrong_answer"
@@ -30,10 +29,7 @@ fenced code); ``timeout`` (the verifier or a test ran past its wall-clock limit)
 ``verifier_error`` (the math-verify worker failed for a reason other than time);
 ``scorer_error`` (the scoring code itself raised unexpectedly: see :mod:`reward.guard`)."""
 
-ScoreMode = Literal["binary", "signed"]
 SCORE_MODES: tuple[str, ...] = ("binary", "signed")
-
-RESULT_KEYS: tuple[str, ...] = ("score", "acc", "pred", "reason", "pass_fraction", "scorer_failed")
 
 
 @dataclass(frozen=True)
