@@ -58,15 +58,22 @@ def prepare(output_root: Path, spec: TinyModelSpec = TinyModelSpec()) -> tuple[P
 
 def prepare_pretrained(output_root: Path, log=print) -> tuple[Path, Path, Path]:
     """The quickstart's (model directory, train parquet, held-out parquet) under ``output_root``,
-    built if missing (the model is converted once, see :mod:`dfpo.local.pretrained_model`)."""
+    built if missing or written for another version of the task (the model is converted once, see
+    :mod:`dfpo.local.pretrained_model`)."""
     from dfpo.local.pretrained_model import ensure_pretrained_model
-    from dfpo.local.sums_task import TEST_FILE, TRAIN_FILE, prepare_parquet
 
-    directory = data_dir(output_root)
-    train, test = directory / TRAIN_FILE, directory / TEST_FILE
-    if not (train.exists() and test.exists()):
-        prepare_parquet(directory)
+    train, test = prepare_parquet_if_stale(data_dir(output_root))
     return ensure_pretrained_model(output_root, log=log), train, test
+
+
+def prepare_parquet_if_stale(directory: Path) -> tuple[Path, Path]:
+    """The sums task's (train, held-out) parquet in ``directory``, written through data_prep unless
+    it already holds this version of the task (:func:`dfpo.local.sums_task.is_current`)."""
+    from dfpo.local.sums_task import TEST_FILE, TRAIN_FILE, is_current, prepare_parquet
+
+    if not is_current(directory):
+        prepare_parquet(directory)
+    return directory / TRAIN_FILE, directory / TEST_FILE
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -52,7 +52,7 @@ from pathlib import Path
 
 from dfpo.local.pretrained_model import MODEL_NAME, PretrainedModelError
 from dfpo.local.prepare import prepare_pretrained
-from dfpo.local.sums_task import TEST_SOURCE, TEST_TITLE
+from dfpo.local.sums_task import TEST_SOURCE, TEST_TITLE, task_digest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,6 +66,8 @@ class Method:
 METHODS = (Method("dfpo_min_replace", "DFPO (Min-Replace)"), Method("gspo", "GSPO"))
 START = "Start (no RL)"
 RECIPE_MODEL = "smollm2_135m_cpu"
+# the files whose settings a training run's results depend on, beside the method's own
+RECIPE_FILES = (REPO_ROOT / "recipes" / "models" / f"{RECIPE_MODEL}.sh", REPO_ROOT / "recipes" / "models" / "cpu_base.sh")
 EXPERIMENT_LOGS = "logs/quickstart"
 TARGET_GAIN = 0.20  # the issue's bar: DFPO's held-out avg@k at least 20 points above the start's
 
@@ -108,11 +110,15 @@ def run_logged(command: list[str], log: Path, env: dict[str, str] | None = None,
 
 
 def experiment_name(method: Method, steps: int, seed: int, overrides: tuple[str, ...] = ()) -> str:
-    """The run's name; extra overrides add a digest of them, so a rerun with others trains afresh."""
-    name = f"quickstart-{method.recipe_method}-{steps}steps-seed{seed}"
-    if overrides:
-        name += "-" + hashlib.sha256("\n".join(overrides).encode()).hexdigest()[:8]
-    return name
+    """The run's name, ending in a digest of what else its result depends on (the task's version,
+    the CPU recipe files' settings, the extra overrides), so that a rerun in the same output root
+    reuses a checkpoint only when it would train the same thing."""
+    digest = hashlib.sha256()
+    digest.update(task_digest().encode())
+    for path in RECIPE_FILES:
+        digest.update(path.read_bytes())
+    digest.update("\n".join(overrides).encode())
+    return f"quickstart-{method.recipe_method}-{steps}steps-seed{seed}-{digest.hexdigest()[:8]}"
 
 
 def validation_key(data: dict) -> str | None:
@@ -287,7 +293,9 @@ def run(
     since = time.monotonic()
     evals = {}
     for label, model_dir in models.items():
-        evals[label] = evaluate(model_dir, test_file, root / "evals" / f"{model_dir.name}-k{k}", k, seed, eval_dtype, logs / "evaluate.log")
+        # a trained model's name already says its task and seed; the start's evaluation is per task and seed
+        name = model_dir.name if label != START else f"{model_dir.name}-{task_digest()}-seed{seed}"
+        evals[label] = evaluate(model_dir, test_file, root / "evals" / f"{name}-k{k}", k, seed, eval_dtype, logs / "evaluate.log")
         summary = json.loads((evals[label] / "summary.json").read_text())["overall"]
         say(f"  {label}: held-out avg@{k} {100 * summary['avg@k']:.1f}% ({evals[label]})")
     clock.stage("evaluate", since)

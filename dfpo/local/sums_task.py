@@ -31,6 +31,7 @@ so the quickstart reads exactly what data_prep writes for the GPU recipes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from dataclasses import dataclass
@@ -39,13 +40,14 @@ from pathlib import Path
 from dfpo.local.toy_task import ArithmeticProblem
 
 MAX_TERM = 9
-MIN_TEST_PROBLEMS = 40
-HELD_OUT_FRACTION = 0.42  # of each sum's problems: 41 of the 98 problems in all
+MIN_TEST_PROBLEMS = 40  # the issue's floor; HELD_OUT_FRACTION gives 41 (sums_split checks it)
+HELD_OUT_FRACTION = 0.42  # of each sum's problems
 SPLIT_SEED = 0
 DEMONSTRATION = ("What is 2 + 5?", "7")
 DEMONSTRATION_PAIR = frozenset({2, 5})
 TRAIN_SOURCE, TEST_SOURCE = "digit_sums", "digit_sums_test"
 TRAIN_FILE, TEST_FILE = "digit_sums_train.parquet", "digit_sums_test.parquet"
+RAW_FILES = ("digit_sums_train.jsonl", "digit_sums_test.jsonl")  # (train, held-out) under data/raw
 TEST_TITLE, TRAIN_TITLE = "Held-out sums", "Training sums"
 
 
@@ -60,8 +62,10 @@ class SumProblem(ArithmeticProblem):
 
 def sums_split() -> tuple[list[SumProblem], list[SumProblem]]:
     """(train, held-out), each in (a, b) order: disjoint by unordered pair, the demonstration's pair
-    in neither, stratified by the answer (for each sum, the held-out share of its problems is the
-    one closest to :data:`HELD_OUT_FRACTION` that whole pairs allow)."""
+    in neither, stratified by the answer: for each sum, its pairs in a seeded order, each one held
+    out while that brings the sum's held-out problems closer to :data:`HELD_OUT_FRACTION` of its
+    problems (a greedy pass: the shares range from a third to two thirds, and the four sums with
+    one or two problems, 0, 1, 17 and 18, stay in training)."""
     by_sum: dict[int, list[frozenset[int]]] = {}
     for a in range(MAX_TERM + 1):
         for b in range(a, MAX_TERM + 1):
@@ -85,16 +89,41 @@ def sums_split() -> tuple[list[SumProblem], list[SumProblem]]:
         for b in range(MAX_TERM + 1)
         if frozenset({a, b}) != DEMONSTRATION_PAIR
     ]
-    return [p for p in problems if p.pair not in held_out], [p for p in problems if p.pair in held_out]
+    train, test = [p for p in problems if p.pair not in held_out], [p for p in problems if p.pair in held_out]
+    assert len(test) >= MIN_TEST_PROBLEMS, len(test)
+    return train, test
+
+
+def _raw_lines(problems: list[SumProblem]) -> str:
+    return "".join(json.dumps(p.raw_row()) + "\n" for p in problems)
+
+
+def task_digest() -> str:
+    """A short digest of the task (the split, the demonstration, the sources): part of the
+    quickstart's run and evaluation names, so results made for another version of the task are
+    never reused."""
+    train, test = sums_split()
+    text = json.dumps([DEMONSTRATION, TRAIN_SOURCE, TEST_SOURCE, _raw_lines(train), _raw_lines(test)])
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def is_current(data_dir: Path) -> bool:
+    """Whether ``data_dir`` holds this version of the task: both parquet files, and raw files
+    equal to what :func:`sums_split` gives now (an output root from an earlier version is rebuilt)."""
+    raw = data_dir / "raw"
+    expected = dict(zip(RAW_FILES, map(_raw_lines, sums_split()), strict=True))
+    return (data_dir / TRAIN_FILE).exists() and (data_dir / TEST_FILE).exists() and all(
+        (raw / name).exists() and (raw / name).read_text(encoding="utf-8") == text for name, text in expected.items()
+    )
 
 
 def write_raw_files(directory: Path) -> tuple[Path, Path]:
     """Write ``digit_sums_train.jsonl`` and ``digit_sums_test.jsonl`` (raw rows) into ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, problems in zip(("digit_sums_train.jsonl", "digit_sums_test.jsonl"), sums_split(), strict=True):
+    for name, problems in zip(RAW_FILES, sums_split(), strict=True):
         path = directory / name
-        path.write_text("".join(json.dumps(p.raw_row()) + "\n" for p in problems), encoding="utf-8")
+        path.write_text(_raw_lines(problems), encoding="utf-8")
         paths.append(path)
     return paths[0], paths[1]
 

@@ -9,7 +9,8 @@
 #   ROLLOUT_NAME=local  dfpo's transformers rollout server (dfpo/local/server.py; docs/cpu.md says
 #                       when it is the better choice)
 # ACTOR_DTYPE=fp32|bf16 is the actor's parameter dtype (bf16: ~2x faster updates on CPUs with
-# AVX512-BF16, and a larger rollout-vs-actor log-prob gap); ROLLOUT_DTYPE the vLLM engine's.
+# AVX512-BF16, and a larger rollout-vs-actor log-prob gap); ROLLOUT_DTYPE the vLLM engine's;
+# CPU_THREADS_PER_RANK each rank's torch threads (default: the cores / the ranks).
 
 : "${ROLLOUT_NAME:=vllm}"
 : "${ACTOR_DTYPE:=fp32}"
@@ -23,14 +24,22 @@ case "$ROLLOUT_DTYPE" in float32 | bfloat16) ;; *) dfpo_die "ROLLOUT_DTYPE must 
 case "$ROLLOUT_NAME" in vllm | local) ;; *) dfpo_die "ROLLOUT_NAME on CPU must be vllm or local, got '$ROLLOUT_NAME'" ;; esac
 
 export VERL_PLATFORM=cpu              # this driver process; Ray actors get it below
+dfpo_check_int GPUS_PER_NODE "$GPUS_PER_NODE"
 RAY_LOGICAL_GPUS=$GPUS_PER_NODE       # every rank, and separate_async's rollout ranks, a logical GPU
-[[ "${TRAINER_MODE:-sync}" != separate_async ]] || RAY_LOGICAL_GPUS=$((GPUS_PER_NODE + ROLLOUT_GPUS_PER_NODE))
+if [[ "${TRAINER_MODE:-sync}" == separate_async ]]; then
+    dfpo_check_int ROLLOUT_GPUS_PER_NODE "$ROLLOUT_GPUS_PER_NODE"
+    RAY_LOGICAL_GPUS=$((GPUS_PER_NODE + ROLLOUT_GPUS_PER_NODE))
+fi
 export RAY_DEDUP_LOGS="${RAY_DEDUP_LOGS:-0}"
-# torch threads per Ray process: Ray gives every actor that asks for no CPUs OMP_NUM_THREADS=1, so
-# each rank's forward and backward ran on one core of the machine; the cores are shared out among
-# the ranks instead (measured on 2 cores, 1 rank: old log-probs 9 -> 5 s, update 20 -> 10-12 s a
-# step). vLLM's CPU worker sets its own (it reserves a core for its scheduler).
-: "${CPU_THREADS_PER_RANK:=$(( $(nproc) / RAY_LOGICAL_GPUS > 0 ? $(nproc) / RAY_LOGICAL_GPUS : 1 ))}"
+# torch threads in every Ray process (OMP_NUM_THREADS): Ray gives each actor that asks for no CPUs
+# one thread, so each rank's forward and backward ran on one core; the cores this launcher may use
+# are shared out among the ranks instead (measured on 2 cores, 1 rank: old log-probs and update
+# about 0.55-0.65x the time; BENCHMARKS.md). Computed on the launching machine and applied on every
+# node; under a CPU quota (a container's --cpus), set it to the quota / ranks. vLLM's CPU worker
+# sets its own (it reserves a core for its scheduler). Not `nproc`: it answers OMP_NUM_THREADS.
+dfpo_cores="$("${PYTHON:-python3}" -c 'import os; print(len(os.sched_getaffinity(0)))')"
+: "${CPU_THREADS_PER_RANK:=$((dfpo_cores / RAY_LOGICAL_GPUS > 0 ? dfpo_cores / RAY_LOGICAL_GPUS : 1))}"
+dfpo_check_int CPU_THREADS_PER_RANK "$CPU_THREADS_PER_RANK"
 
 MODEL_OVERRIDES=(
     trainer.device=cpu

@@ -28,6 +28,18 @@ def test_overrides_go_after_the_recipe_and_rename_the_experiment(tmp_path, monke
     assert quickstart.experiment_name(method, 2, 3, ("x=1",)) not in (plain, env["EXPERIMENT_NAME"])
 
 
+def test_a_run_is_named_by_what_it_depends_on(monkeypatch):
+    method = quickstart.METHODS[0]
+    name = quickstart.experiment_name(method, 10, 1)
+    assert name.startswith("quickstart-dfpo_min_replace-10steps-seed1-") and quickstart.experiment_name(method, 10, 1) == name
+    # another version of the task or of the recipe's settings: another name (no stale checkpoint reused)
+    monkeypatch.setattr(quickstart, "task_digest", lambda: "another-task")
+    assert quickstart.experiment_name(method, 10, 1) != name
+    monkeypatch.undo()
+    monkeypatch.setattr(quickstart, "RECIPE_FILES", quickstart.RECIPE_FILES[:1])
+    assert quickstart.experiment_name(method, 10, 1) != name
+
+
 def test_defaults_are_one_rank_and_k_8(monkeypatch):
     seen = {}
     monkeypatch.setattr(quickstart, "run", lambda *args: seen.setdefault("args", args) and {})

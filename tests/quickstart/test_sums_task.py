@@ -57,6 +57,21 @@ def test_data_prep_writes_the_demonstration_turn_and_reward_scores_it(tmp_path):
     assert compute_score(sums_task.TRAIN_SOURCE, "\\boxed{7}", "7")["acc"] == 1.0
 
 
+def test_an_output_root_from_another_version_of_the_task_is_rebuilt(tmp_path):
+    from dfpo.local.prepare import data_dir, prepare_parquet_if_stale
+
+    directory = data_dir(tmp_path)
+    assert not sums_task.is_current(directory)
+    sums_task.prepare_parquet(directory)
+    assert sums_task.is_current(directory)
+    raw = directory / "raw" / sums_task.RAW_FILES[1]
+    raw.write_text(raw.read_text().replace('"id": "', '"id": "x', 1))  # as written by another split
+    assert not sums_task.is_current(directory)
+    prepare_parquet_if_stale(directory)
+    assert sums_task.is_current(directory)
+    assert len(sums_task.task_digest()) == 8 and sums_task.task_digest() == sums_task.task_digest()
+
+
 def test_data_prep_drops_the_demonstration_problem_itself(tmp_path):
     raw = tmp_path / "raw.jsonl"
     raw.write_text('{"problem": "What is 2 + 5?", "answer": "7", "id": "a"}\n{"problem": "What is 1 + 1?", "answer": "2", "id": "b"}\n')
