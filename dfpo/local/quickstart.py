@@ -12,7 +12,7 @@ Stages, each through the same command a user runs for the real thing:
    trainer on CPU ranks (one progress line per step: training reward, greedy held-out accuracy at
    validation steps, the learning-tax residual before and after DFPO's transform);
 4. checkpoints to Hugging Face models (``python -m verl.model_merger merge --backend fsdp``) and
-   evaluation of the start and both results on the held-out sums, which no run trains on
+   evaluation of the start and each result on the held-out sums, which no run trains on
    (``python -m dfpo.evaluation.generate``: k samples per problem at temperature 0.6,
    scored by ``reward/score.py``);
 5. report — ``python -m dfpo.evaluation.report``: the Table 1-style table (avg@k with bootstrap
@@ -29,6 +29,8 @@ Stages, each through the same command a user runs for the real thing:
                   "dfpo_gain": x_dfpo - x_start,
                   "target_met": x_dfpo >= x_start + 0.20 and lo_dfpo > x_start}}
 
+With ``--methods`` only the chosen methods are trained, timed and reported (``dfpo_gain`` and
+``target_met`` need DFPO; the report's baseline is GSPO when it was trained, else the start).
 Every accuracy in it is the report's (``report/report.json``), which computes avg@k and its
 bootstrap CI from ``evals/*/samples.jsonl``. ``seconds`` are this invocation's: a rerun skips the
 stages whose outputs exist (a stage's time is then that of the check).
@@ -71,7 +73,7 @@ RECIPE_FILES = (REPO_ROOT / "recipes" / "models" / f"{RECIPE_MODEL}.sh", REPO_RO
 EXPERIMENT_LOGS = "logs/quickstart"
 TARGET_GAIN = 0.20  # the bar: DFPO's held-out avg@k at least 20 points above the start's
 
-# The quickstart's defaults, measured on 2 cores (docs/cpu.md).
+# The quickstart's defaults, chosen by measurements on 2 cores (docs/cpu.md, "How the settings were chosen").
 DEFAULT_STEPS = 10
 DEFAULT_RANKS = 1  # one CPU rank, one vLLM engine (docs/cpu.md: two engines beside two actor ranks ran out of memory)
 DEFAULT_K = 8
@@ -352,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--override", action="append", default=[], metavar="KEY=VALUE",
-        help="a Hydra override for both training runs, after the recipe's (repeatable), e.g. actor_rollout_ref.actor.optim.lr=1e-5",
+        help="a Hydra override for every training run, after the recipe's (repeatable), e.g. actor_rollout_ref.actor.optim.lr=1e-5",
     )
     parser.add_argument(
         "--methods", nargs="+", choices=[m.recipe_method for m in METHODS], default=[m.recipe_method for m in METHODS],
