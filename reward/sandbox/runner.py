@@ -69,6 +69,10 @@ class Sandbox:
         """Working directories of the sandboxes launched ahead, including those still starting."""
         return self._spares.workdirs()
 
+    def workdir_inside(self, workdir: str) -> str:
+        """The path of the working directory as the sandboxed program sees it."""
+        return commands.workdir_inside(self.level, workdir)
+
     def close(self) -> None:
         """End the sandboxes prepared ahead; idempotent (runs still work, started on demand)."""
         self._spares.close()
@@ -131,6 +135,8 @@ class Sandbox:
                         result.timed_out or result.output_truncated or result.stopped_early
                     )
                     end_run(launched.process, finished, self.level != "rlimits")
+                    if self.level == "rlimits" and launched.uid is not None:
+                        kill_uid(launched.uid)
                 result.returncode = launched.process.returncode
                 result.wall_s = time.monotonic() - begun
                 return result
@@ -184,7 +190,7 @@ class Sandbox:
                     stdin=stdin_handle,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
-                    env=commands.scrubbed_env(commands.workdir_inside(self.level, workdir)),
+                    env=commands.scrubbed_env(self.workdir_inside(workdir)),
                     **popen,
                 )
             finally:
@@ -196,12 +202,11 @@ class Sandbox:
         return launched
 
     def _dispose(self, launched: Launched) -> None:
-        """Kill what is left of the run (``rlimits``: every process of its uid), remove its directory
-        and give its uid back."""
-        if launched.uid is not None and self.level == "rlimits":
-            kill_uid(launched.uid)
+        """Remove the run's directory and give its uid back (after its processes are gone)."""
         remove_tree(launched.workdir)
         if launched.uid is not None and self._uids is not None:
+            if self.level == "rlimits":
+                kill_uid(launched.uid)
             self._uids.release(launched.lease)
 
     def _discard(self, launched: Launched) -> None:
