@@ -110,6 +110,10 @@ class SparePool:
             self._start(*self._jobs.get())
 
     def _start(self, argv: list[str], limits: Limits, key: tuple) -> None:
+        with self._guard:
+            if self._closed:  # queued before close(): launching it now would only leave a process to end
+                self._starting_count[key] -= 1
+                return
         noted: list[Launched] = []
 
         def note(launched: Launched) -> None:  # listed from now on, so checks for leftovers know it
