@@ -13,9 +13,9 @@ ten steps, so the quickstart can show a policy getting better in minutes on a CP
 
 The split is by *unordered pair*: a held-out problem's two terms never appear together in a
 training problem, in either order (3 + 4 held out means 4 + 3 is held out too). It is also
-*stratified by the answer*: for every sum 0..18, a fixed, seeded choice of its pairs holds out the
-share of its problems closest to :data:`HELD_OUT_FRACTION`, so both splits have the same answer
-distribution. Without that, a split drawn at random over pairs had 8 and 9 as the answers of 28 % of
+*stratified by the answer*: for every sum 0..18, a seeded pass over its pairs holds out about
+:data:`HELD_OUT_FRACTION` of its problems (as whole pairs allow), so both splits have about the
+same answer distribution. Without that, a split drawn at random over pairs had 8 and 9 as the answers of 28 % of
 the training problems and of 7 % of the held-out ones: a policy that learned to answer "8" to
 everything earned more training reward than the start and looked, on held-out sums, like a
 collapse (measured: the quickstart's DFPO run answered ``\boxed{8}`` in 276 of 328 held-out
@@ -40,7 +40,7 @@ from pathlib import Path
 from dfpo.local.toy_task import ArithmeticProblem
 
 MAX_TERM = 9
-MIN_TEST_PROBLEMS = 40  # the floor; HELD_OUT_FRACTION gives 41 (sums_split checks it)
+MIN_TEST_PROBLEMS = 40  # the held-out split's floor; HELD_OUT_FRACTION gives 41 (sums_split checks it)
 HELD_OUT_FRACTION = 0.42  # of each sum's problems
 SPLIT_SEED = 0
 DEMONSTRATION = ("What is 2 + 5?", "7")
