@@ -193,18 +193,25 @@ def end_run(process: subprocess.Popen, finished: bool, namespaces: bool) -> None
 
     With namespaces, the launcher's child is PID 1 of the sandbox: killing it tears the
     whole PID namespace down, and the launcher (``bwrap``/``unshare``) then reaps it and
-    exits, so no zombie is handed to the host's init.
+    exits, so no zombie is handed to the host's init.  A launcher started a moment ago may
+    not have forked that child yet, so its children are looked for until it exits (2 s at
+    most; then the launcher itself is killed, and ``--die-with-parent`` ends the rest).
     """
     if namespaces:
-        if not finished:
-            for child in children(process.pid):
-                try:
-                    os.kill(child, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-        try:
-            process.wait(timeout=2.0)
-        except subprocess.TimeoutExpired:
-            pass
+        deadline = time.monotonic() + 2.0
+        while True:
+            if not finished:
+                # again until the launcher exits: one just started may not have forked its child yet
+                for child in children(process.pid):
+                    try:
+                        os.kill(child, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+            try:
+                process.wait(timeout=0.02 if not finished else max(0.0, deadline - time.monotonic()))
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    break
     kill_group(process)
     process.wait()

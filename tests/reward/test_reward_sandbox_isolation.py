@@ -112,6 +112,18 @@ def test_wall_clock_limit_kills_the_run(sandbox):
     assert_no_stray_processes()
 
 
+def test_a_run_ended_as_its_launcher_starts_leaves_nothing_at_once(sandbox):
+    """A run whose limit is over the moment it is launched (as a spare discarded by close(), or a
+    caller that waited out its limit for a slot) is ended before the launcher has forked the
+    sandbox: ending it must not wait for a child that is not there yet (it waited 2 s, then a
+    whole sandbox waiting for its input outlived the run)."""
+    for _ in range(5):
+        result = _run(sandbox, "import time\ntime.sleep(60)", limits=Limits(wall_s=0.001, cpu_s=5))
+        assert result.timed_out
+        assert result.wall_s < 1.5, f"ending a run that had just been launched took {result.wall_s:.2f} s"
+        assert_no_stray_processes(grace_s=0.5)
+
+
 def test_output_is_capped(sandbox):
     result = _run(
         sandbox, "import sys\nwhile True: sys.stdout.write('x' * 4096)", limits=Limits(wall_s=10, output_bytes=100_000)
