@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from dfpo.eos_tokens import eos_token_ids
 from dfpo.local.sampling import SamplingSettings, sample_next_tokens
 
 logger = logging.getLogger(__name__)
@@ -46,29 +48,13 @@ class _Request:
     future: asyncio.Future = field(repr=False)
 
 
-def eos_token_ids(model, tokenizer) -> set[int]:
-    """Token ids that end a response: the generation config's ``eos_token_id`` (one or a list)
-    and the tokenizer's EOS, as vLLM stops."""
-    ids: set[int] = set()
-    for source in (getattr(model, "generation_config", None), model.config):
-        value = getattr(source, "eos_token_id", None) if source is not None else None
-        if value is None:
-            continue
-        ids.update(value if isinstance(value, (list, tuple)) else [value])
-    if tokenizer is not None and tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    if not ids:
-        raise ValueError("the rollout model has no eos_token_id in its config or generation config, so responses would never end")
-    return ids
-
-
 @torch.inference_mode()
 def decode_batch(
     model,
     prompts: list[list[int]],
     max_tokens: list[int],
     settings: SamplingSettings,
-    stop_ids: set[int],
+    stop_ids: Collection[int],
     pad_id: int,
     generator: torch.Generator | None = None,
 ) -> list[tuple[list[int], list[float], str]]:
@@ -145,7 +131,7 @@ class LocalRolloutServer:
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, attn_implementation="eager")
         self.model.eval()
         tokenizer = AutoTokenizer.from_pretrained(model_path)
-        self.stop_ids = eos_token_ids(self.model, tokenizer)
+        self.stop_ids = set(eos_token_ids(self.model, tokenizer))
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.stop_ids)
         self.generator = torch.Generator().manual_seed(int(seed) + replica_rank)
         self.global_steps: int | None = None

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from dfpo import doctor
 from dfpo.doctor import FAIL, OK, WARN
 
@@ -123,6 +125,7 @@ def _doctor(*args, **env):
     )
 
 
+@pytest.mark.slow
 def test_the_cpu_stack_passes_here_and_the_cli_fails_the_gpu_checks(tmp_path):
     paths = {"MODEL_PATH": str(tmp_path), "DATA_DIR": str(tmp_path), "OUTPUT_ROOT": str(tmp_path), "NNODES": "1"}
     cpu = doctor.run_checks("cpu", {**os.environ, **paths})

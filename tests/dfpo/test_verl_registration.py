@@ -29,6 +29,7 @@ def test_importing_dfpo_alone_imports_no_verl_module():
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_plugins_disabled_then_external_modules_fallback(tmp_path):
     import os
 

@@ -40,6 +40,7 @@ def _probe(env_update: dict[str, str], drop: tuple[str, ...] = ()) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_without_verl_platform_cpu_nothing_changes_in_verl():
     """What a GPU run's processes see: verl exactly as shipped (dfpo's plugin still loads)."""
     state = _probe({"VERL_USE_EXTERNAL_PLUGINS": "auto"}, drop=("VERL_PLATFORM",))
@@ -54,6 +55,7 @@ def test_without_verl_platform_cpu_nothing_changes_in_verl():
     }
 
 
+@pytest.mark.slow
 def test_with_verl_platform_cpu_every_piece_is_in_place_in_a_fresh_process():
     """What every Ray process of a CPU run sees (the plugin activates the backend on import verl)."""
     state = _probe({"VERL_PLATFORM": "cpu", "VERL_USE_EXTERNAL_PLUGINS": "auto"})

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dfpo.local.sampling import SamplingSettings, sample_next_tokens, truncated_log_probs
-from dfpo.local.server import LocalRolloutServer, decode_batch, eos_token_ids, response_budget
+from dfpo.eos_tokens import eos_token_ids
+from dfpo.local.server import LocalRolloutServer, decode_batch, response_budget
 from dfpo.local.tiny_model import TinyModelSpec, build_char_tokenizer, build_model, chat_prompt_ids
 
 SMALL = TinyModelSpec(hidden_size=32, intermediate_size=64, head_dim=8, seed=3)

@@ -36,10 +36,12 @@ def test_the_fix_is_a_vllm_general_plugin_of_this_package():
     assert entry_points.get("dfpo_cpu") == "dfpo.local.vllm_cpu:register"
 
 
+@pytest.mark.slow
 def test_vllm_processes_of_a_cpu_run_keep_linear_weights():
     assert _probe({"VERL_PLATFORM": "cpu"}) == {"keeps_weight": True}
 
 
+@pytest.mark.slow
 def test_without_verl_platform_cpu_vllm_is_untouched():
     """What a GPU run's vLLM processes see: vLLM exactly as shipped."""
     assert _probe({}, drop=("VERL_PLATFORM",)) == {"keeps_weight": False}

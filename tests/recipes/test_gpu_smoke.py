@@ -133,6 +133,7 @@ def test_gpu_smoke_needs_a_model(smoke):
     assert wrong.returncode == 2 and "unknown argument '--gpu'" in wrong.stderr
 
 
+@pytest.mark.slow
 def test_gpu_smoke_cpu_mode_passes_the_cpu_recipe_the_vllm_rollout_and_cpu_settings(smoke):
     tmp_path, run = smoke
     result = run("--cpu", MODEL_PATH="")  # no model needed: the tiny one is built

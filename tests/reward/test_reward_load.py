@@ -117,7 +117,7 @@ def test_code_limit_counts_waiting_for_a_sandbox_slot():
     assert_no_stray_processes()
 
 
-@pytest.mark.parametrize("callers", [8, 64])
+@pytest.mark.parametrize("callers", [8, pytest.param(64, marks=pytest.mark.slow)])
 def test_code_limit_holds_from_many_callers(callers):
     test_limit_s = 2.0
     budget = CodeLimits(test_timeout_s=test_limit_s).run_budget_s(2)

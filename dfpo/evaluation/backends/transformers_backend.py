@@ -13,26 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from dfpo.eos_tokens import eos_token_ids
 from dfpo.evaluation.backends import Completion, GenerationRequest
 from dfpo.evaluation.chat_prompt import render_prompt_ids
 from dfpo.evaluation.sampling import SamplingConfig
-
-
-def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
-    ids: set[int] = set()
-    configured = getattr(model.generation_config, "eos_token_id", None)
-    if isinstance(configured, int):
-        ids.add(configured)
-    elif configured is not None:
-        ids.update(int(i) for i in configured)
-    if tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    if not ids:
-        raise ValueError(
-            "neither the model's generation_config nor the tokenizer defines an eos_token_id; "
-            "responses could never end, set eos_token_id in generation_config.json"
-        )
-    return sorted(ids)
 
 
 class TransformersBackend:
@@ -63,7 +47,7 @@ class TransformersBackend:
             model_path, dtype=torch_dtype, trust_remote_code=trust_remote_code
         ).to(device)
         self.model.eval()
-        self.eos_ids = _eos_ids(self.model, self.tokenizer)
+        self.eos_ids = eos_token_ids(self.model, self.tokenizer)
         pad = self.tokenizer.pad_token_id
         self.pad_id = int(pad) if pad is not None else self.eos_ids[0]
 
