@@ -37,7 +37,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from dfpo.local.toy_task import ArithmeticProblem
+from dfpo.local.toy_task import ArithmeticProblem, prepare_split_parquet, raw_lines
 
 MAX_TERM = 9
 MIN_TEST_PROBLEMS = 40  # the held-out split's floor; HELD_OUT_FRACTION gives 41 (sums_split checks it)
@@ -94,16 +94,12 @@ def sums_split() -> tuple[list[SumProblem], list[SumProblem]]:
     return train, test
 
 
-def _raw_lines(problems: list[SumProblem]) -> str:
-    return "".join(json.dumps(p.raw_row()) + "\n" for p in problems)
-
-
 def task_digest() -> str:
     """A short digest of the task (the split, the demonstration, the sources): part of the
     quickstart's run and evaluation names, so results made for another version of the task are
     never reused."""
     train, test = sums_split()
-    text = json.dumps([DEMONSTRATION, TRAIN_SOURCE, TEST_SOURCE, _raw_lines(train), _raw_lines(test)])
+    text = json.dumps([DEMONSTRATION, TRAIN_SOURCE, TEST_SOURCE, raw_lines(train), raw_lines(test)])
     return hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
@@ -111,41 +107,17 @@ def is_current(data_dir: Path) -> bool:
     """Whether ``data_dir`` holds this version of the task: both parquet files, and raw files
     equal to what :func:`sums_split` gives now (an output root from an earlier version is rebuilt)."""
     raw = data_dir / "raw"
-    expected = dict(zip(RAW_FILES, map(_raw_lines, sums_split()), strict=True))
+    expected = dict(zip(RAW_FILES, map(raw_lines, sums_split()), strict=True))
     return (data_dir / TRAIN_FILE).exists() and (data_dir / TEST_FILE).exists() and all(
         (raw / name).exists() and (raw / name).read_text(encoding="utf-8") == text for name, text in expected.items()
     )
 
 
-def write_raw_files(directory: Path) -> tuple[Path, Path]:
-    """Write ``digit_sums_train.jsonl`` and ``digit_sums_test.jsonl`` (raw rows) into ``directory``."""
-    directory.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, problems in zip(RAW_FILES, sums_split(), strict=True):
-        path = directory / name
-        path.write_text(_raw_lines(problems), encoding="utf-8")
-        paths.append(path)
-    return paths[0], paths[1]
-
-
-def data_prep_command(source: str, raw: Path, output: Path) -> list[str]:
-    """The ``python -m data_prep.math`` arguments that turn one raw file into verl parquet."""
-    return ["--input", f"{source}={raw}", "--output", str(output), "--demonstration", *DEMONSTRATION]
-
-
 def prepare_parquet(data_dir: Path) -> tuple[Path, Path]:
-    """The task as verl parquet in ``data_dir`` (train, held-out), through ``data_prep.math``.
+    """The task as verl parquet in ``data_dir`` (train, held-out), through ``data_prep.math`` with
+    the demonstration turn (``--demonstration``).
 
     Raises ``RuntimeError`` with the command if the pipeline refuses a file."""
-    from data_prep.math import main as data_prep_math
-
-    raw_train, raw_test = write_raw_files(data_dir / "raw")
-    outputs = []
-    for source, raw, name in ((TRAIN_SOURCE, raw_train, TRAIN_FILE), (TEST_SOURCE, raw_test, TEST_FILE)):
-        output = data_dir / name
-        arguments = data_prep_command(source, raw, output)
-        status = data_prep_math(arguments)
-        if status != 0:
-            raise RuntimeError(f"python -m data_prep.math {' '.join(arguments)} failed (exit {status})")
-        outputs.append(output)
-    return outputs[0], outputs[1]
+    return prepare_split_parquet(
+        data_dir, sums_split(), RAW_FILES, (TRAIN_SOURCE, TEST_SOURCE), (TRAIN_FILE, TEST_FILE), ("--demonstration", *DEMONSTRATION)
+    )

@@ -22,6 +22,7 @@ NUM_TEST_PROBLEMS = 5
 SPLIT_SEED = 0
 TRAIN_SOURCE, TEST_SOURCE = "arithmetic", "arithmetic_test"
 TRAIN_FILE, TEST_FILE = "arithmetic_train.parquet", "arithmetic_test.parquet"
+RAW_FILES = ("arithmetic_train.jsonl", "arithmetic_test.jsonl")  # (train, test) under data/raw
 
 
 @dataclass(frozen=True)
@@ -59,29 +60,41 @@ def answer_pool() -> list[str]:
     return [str(total) for total in range(2 * MAX_TERM + 1)]
 
 
-def write_raw_files(directory: Path) -> tuple[Path, Path]:
-    """Write ``arithmetic_train.jsonl`` and ``arithmetic_test.jsonl`` (raw rows) into ``directory``."""
-    directory.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, problems in zip(("arithmetic_train.jsonl", "arithmetic_test.jsonl"), arithmetic_split(), strict=True):
-        path = directory / name
-        path.write_text("".join(json.dumps(p.raw_row()) + "\n" for p in problems), encoding="utf-8")
-        paths.append(path)
-    return paths[0], paths[1]
+def raw_lines(problems: list[ArithmeticProblem]) -> str:
+    """The problems' raw rows (plain math schema), one JSON line each."""
+    return "".join(json.dumps(p.raw_row()) + "\n" for p in problems)
+
+
+def prepare_split_parquet(
+    data_dir: Path,
+    split: tuple[list[ArithmeticProblem], list[ArithmeticProblem]],
+    raw_files: tuple[str, str],
+    sources: tuple[str, str],
+    parquet_files: tuple[str, str],
+    extra_arguments: tuple[str, ...] = (),
+) -> tuple[Path, Path]:
+    """A (train, test) split as verl parquet in ``data_dir``: raw rows written to
+    ``data_dir/raw/<raw_files>``, each turned into ``data_dir/<parquet_files>`` by
+    ``python -m data_prep.math --input <source>=<raw> --output <parquet> <extra_arguments>``.
+
+    Raises ``RuntimeError`` with the command if the pipeline refuses a file."""
+    from data_prep.math import main as data_prep_math
+
+    raw_dir = data_dir / "raw"
+    raw_dir.mkdir(parents=True, exist_ok=True)
+    for name, problems in zip(raw_files, split, strict=True):
+        (raw_dir / name).write_text(raw_lines(problems), encoding="utf-8")
+    outputs = []
+    for source, raw_name, name in zip(sources, raw_files, parquet_files, strict=True):
+        output = data_dir / name
+        arguments = ["--input", f"{source}={raw_dir / raw_name}", "--output", str(output), *extra_arguments]
+        status = data_prep_math(arguments)
+        if status != 0:
+            raise RuntimeError(f"python -m data_prep.math {' '.join(arguments)} failed (exit {status})")
+        outputs.append(output)
+    return outputs[0], outputs[1]
 
 
 def prepare_parquet(data_dir: Path) -> tuple[Path, Path]:
-    """The toy task as verl parquet in ``data_dir`` (train, test), through ``data_prep.math``.
-
-    Raises ``RuntimeError`` with data_prep's message if the pipeline refuses a file."""
-    from data_prep.math import main as data_prep_math
-
-    raw_train, raw_test = write_raw_files(data_dir / "raw")
-    outputs = []
-    for source, raw, name in ((TRAIN_SOURCE, raw_train, TRAIN_FILE), (TEST_SOURCE, raw_test, TEST_FILE)):
-        output = data_dir / name
-        status = data_prep_math(["--input", f"{source}={raw}", "--output", str(output)])
-        if status != 0:
-            raise RuntimeError(f"python -m data_prep.math --input {source}={raw} --output {output} failed (exit {status})")
-        outputs.append(output)
-    return outputs[0], outputs[1]
+    """The toy task as verl parquet in ``data_dir`` (train, test), through ``data_prep.math``."""
+    return prepare_split_parquet(data_dir, arithmetic_split(), RAW_FILES, (TRAIN_SOURCE, TEST_SOURCE), (TRAIN_FILE, TEST_FILE))
