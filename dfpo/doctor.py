@@ -27,8 +27,9 @@ import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
+
+from dfpo.verl_version import installed_version
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # torch 2.11.0's CUDA 13.0 build needs this driver (CUDA 13.0 release notes, Linux x86_64).
@@ -53,13 +54,6 @@ class Check:
         return text + (f"\n       fix: {self.fix}" if self.fix and self.status != OK else "")
 
 
-def _version(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def read_pins(path: Path) -> dict[str, str]:
     """``name -> version`` of the ``name[extras]==version`` lines of a requirements file."""
     pins = {}
@@ -78,7 +72,7 @@ def check_python() -> Check:
     return Check("python", OK, found)
 
 
-def check_pins(requirement_files: list[Path], version: Callable[[str], str | None] = _version) -> list[Check]:
+def check_pins(requirement_files: list[Path], version: Callable[[str], str | None] = installed_version) -> list[Check]:
     checks = []
     for path in requirement_files:
         if not path.is_file():
@@ -156,7 +150,7 @@ def vllm_facts() -> VLLMFacts:
     return VLLMFacts(device_type, None, verl_vllm.vllm_version)
 
 
-def check_vllm(stack: str, version: Callable[[str], str | None] = _version, facts: Callable[[], VLLMFacts] = vllm_facts) -> Check:
+def check_vllm(stack: str, version: Callable[[str], str | None] = installed_version, facts: Callable[[], VLLMFacts] = vllm_facts) -> Check:
     """vLLM as verl 0.9.1 and vLLM see it: the CUDA build on the GPU stack, the CPU build on the CPU stack."""
     cpu = stack == "cpu"
     install = "bash scripts/setup_env.sh (docs/install.md)" if cpu else "pip install -r requirements.txt"
@@ -272,7 +266,7 @@ def check_gpus(driver: str | None, torch_cuda: str | None, devices: list[str]) -
     return checks
 
 
-def check_attention_kernels(version: Callable[[str], str | None] = _version) -> list[Check]:
+def check_attention_kernels(version: Callable[[str], str | None] = installed_version) -> list[Check]:
     """The kernels each recipe family loads; a missing one stops (or slows) that family only."""
     build = "pip install --no-build-isolation -r requirements-gpu-build.txt (compiles against CUDA; see docs/install.md)"
     checks = []

@@ -7,22 +7,22 @@ message that says what to install.
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
+from importlib import metadata
 
 SUPPORTED_VERL_VERSION = "0.9.1"
 
 
-def installed_verl_version() -> str | None:
-    """The installed verl distribution's version, or None when verl is not installed."""
+def installed_version(distribution: str = "verl") -> str | None:
+    """The installed version of ``distribution`` (verl by default), or None when it is not installed."""
     try:
-        return version("verl")
-    except PackageNotFoundError:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
         return None
 
 
 def check_verl_version() -> None:
     """Raise ImportError unless verl == :data:`SUPPORTED_VERL_VERSION` is installed."""
-    found = installed_verl_version()
+    found = installed_version()
     if found != SUPPORTED_VERL_VERSION:
         what = "is not installed" if found is None else f"is {found}"
         raise ImportError(

