@@ -32,25 +32,15 @@ import torch
 
 from dfpo.demo.policy_model import token_entropy, token_log_probs
 from dfpo.demo.toy_task import HEADER_LEN, HEADER_VARIANT_TOKENS, PromptBatch, header_block
+from dfpo.shared_prefix import shared_prefix_lengths
 
 
 def group_common_prefix_lengths(responses: torch.Tensor, response_mask: torch.Tensor, group_index: torch.Tensor) -> torch.Tensor:
-    """(B,) length of the longest common response prefix of each row's group (valid tokens only).
-
-    A plain loop over groups and positions: position t is shared when every member of the group
-    has a valid token there and all those tokens are equal (and every earlier position is shared).
-    """
-    mask = response_mask.to(torch.bool)
-    out = torch.zeros(responses.shape[0], dtype=torch.long)
-    for group in torch.unique(group_index).tolist():
-        rows = (group_index == group).nonzero().squeeze(1)
-        length = 0
-        for t in range(responses.shape[1]):
-            if not bool(mask[rows, t].all()) or not bool((responses[rows, t] == responses[rows[0], t]).all()):
-                break
-            length = t + 1
-        out[rows] = length
-    return out
+    """(B,) length of the longest common response prefix of each row's group (valid tokens only):
+    position t is shared when every member of the group has a valid token there and all those
+    tokens are equal (and every earlier position is shared). The demo's batch holds whole groups, so
+    this is :func:`dfpo.shared_prefix.shared_prefix_lengths` without collectives."""
+    return shared_prefix_lengths(group_index, responses, response_mask, across_ranks=False)
 
 
 @dataclass(frozen=True)
