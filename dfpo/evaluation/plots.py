@@ -102,6 +102,22 @@ def _mean_and_range(seed_logs: list[TrainingLog], key: str):
     return common, np.nanmean(values, axis=0), np.nanmin(values, axis=0), np.nanmax(values, axis=0), len(series)
 
 
+def metric_keys(logs: dict[str, list[TrainingLog]], keys_of) -> list[str]:
+    """``keys_of(log)`` over every seed's log of every method, each key once, in order of first appearance."""
+    return list(dict.fromkeys(k for seed_logs in logs.values() for log in seed_logs for k in keys_of(log)))
+
+
+def _panel_grid(plt, count: int, width: float, height: float):
+    """A figure of ``count`` panels of ``width`` x ``height`` inches, three per row (the unused
+    places hidden); returns the figure and the panels' axes."""
+    cols = min(3, count)
+    rows = (count + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False, layout="constrained")
+    for ax in axes.ravel()[count:]:
+        ax.set_visible(False)
+    return fig, axes.ravel()[:count]
+
+
 def _draw(ax, steps, mean, low, high, n, label, color=None, linestyle="-", marker=None):
     (line,) = ax.plot(steps, mean, label=label, linewidth=1.3, color=color, linestyle=linestyle, marker=marker, markersize=4)
     if n > 1:
@@ -133,10 +149,8 @@ def training_curves(logs: dict[str, list[TrainingLog]], keys: list[str], title: 
     plt = _pyplot()
     from matplotlib.ticker import MaxNLocator
 
-    cols = min(3, len(keys))
-    rows = (len(keys) + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(4.4 * cols, 3.2 * rows), squeeze=False, layout="constrained")
-    for ax, key in zip(axes.ravel(), keys, strict=False):
+    fig, panels = _panel_grid(plt, len(keys), 4.4, 3.2)
+    for ax, key in zip(panels, keys, strict=True):
         for method, seed_logs in logs.items():
             curve = _mean_and_range(seed_logs, key)
             if curve is not None:
@@ -145,9 +159,7 @@ def training_curves(logs: dict[str, list[TrainingLog]], keys: list[str], title: 
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    for ax in axes.ravel()[len(keys) :]:
-        ax.set_visible(False)
-    axes.ravel()[0].legend(fontsize=7)
+    panels[0].legend(fontsize=7)
     fig.suptitle(title)
     fig.savefig(path, dpi=130)
     plt.close(fig)
@@ -175,11 +187,8 @@ def story_keys(logs: dict[str, list[TrainingLog]]) -> list[str]:
     """Every metric the training-story figure draws (what :func:`training_diagnostics` leaves out)."""
     from dfpo.verl_logs import ENTROPY_KEY, RESPONSE_LENGTH_KEY, REWARD_KEY
 
-    keys = [REWARD_KEY, RESIDUAL_BEFORE, RESIDUAL_AFTER, ENTROPY_KEY, RESPONSE_LENGTH_KEY, GRAD_NORM_KEY]
-    for seed_logs in logs.values():
-        for log in seed_logs:
-            keys += [k for k in validation_keys(log) if k not in keys]
-    return keys
+    fixed = [REWARD_KEY, RESIDUAL_BEFORE, RESIDUAL_AFTER, ENTROPY_KEY, RESPONSE_LENGTH_KEY, GRAD_NORM_KEY]
+    return fixed + metric_keys(logs, validation_keys)
 
 
 def training_story(logs: dict[str, list[TrainingLog]], title: str, path: Path) -> Path | None:
@@ -190,10 +199,7 @@ def training_story(logs: dict[str, list[TrainingLog]], title: str, path: Path) -
     when the logs hold none of these metrics."""
     from dfpo.verl_logs import ENTROPY_KEY, RESPONSE_LENGTH_KEY, REWARD_KEY
 
-    val = []
-    for seed_logs in logs.values():
-        for log in seed_logs:
-            val += [k for k in validation_keys(log) if k not in val]
+    val = metric_keys(logs, validation_keys)
     panels = [("Training reward (mean score)", [REWARD_KEY], False)]
     panels += [(f"Validation {k.split('/')[2]}, {k.split('/')[1]} ({k.rsplit('/', 1)[-1]})", [k], False) for k in val]
     panels += [
@@ -208,11 +214,9 @@ def training_story(logs: dict[str, list[TrainingLog]], title: str, path: Path) -
     plt = _pyplot()
     from matplotlib.ticker import MaxNLocator
 
-    cols = min(3, len(present))
-    rows = (len(present) + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.3 * rows), squeeze=False, layout="constrained")
+    fig, axes = _panel_grid(plt, len(present), 4.6, 3.3)
     colors: dict[str, str] = {}
-    for ax, (panel_title, keys, log_scale) in zip(axes.ravel(), present, strict=False):
+    for ax, (panel_title, keys, log_scale) in zip(axes, present, strict=True):
         for method, seed_logs in logs.items():
             for key, style in zip(keys, ("-", "--"), strict=False):
                 curve = _mean_and_range(seed_logs, key)
@@ -233,10 +237,8 @@ def training_story(logs: dict[str, list[TrainingLog]], title: str, path: Path) -
         ax.set_title(_wrapped(panel_title, 40), fontsize=9)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    for ax in axes.ravel()[len(present) :]:
-        ax.set_visible(False)
     handles, labels = [], []
-    for ax in axes.ravel()[: len(present)]:
+    for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             if label not in labels:
                 handles.append(handle)
@@ -255,12 +257,7 @@ def training_diagnostics(logs: dict[str, list[TrainingLog]], title: str, path: P
     from dfpo.verl_logs import DFPO_PREFIX
 
     shown = set(story_keys(logs))
-    keys: list[str] = []
-    for seed_logs in logs.values():
-        for log in seed_logs:
-            keys += sorted(
-                k for k in log if (k.startswith(DFPO_PREFIX) or f"/{DFPO_PREFIX}" in k) and k not in shown and k not in keys
-            )
+    keys = sorted(k for k in metric_keys(logs, list) if (k.startswith(DFPO_PREFIX) or f"/{DFPO_PREFIX}" in k) and k not in shown)
     if not keys:
         return None
-    return training_curves(logs, sorted(keys), f"{title}: other dfpo/ diagnostics", path)
+    return training_curves(logs, keys, f"{title}: other dfpo/ diagnostics", path)

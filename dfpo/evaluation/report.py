@@ -210,10 +210,7 @@ def write_report(
             written.append(group_plot)
         model_logs = {method: list(by_seed.values()) for (m, method), by_seed in logs.items() if m == model}
         if model_logs and curve_metrics:
-            keys: list[str] = []
-            for seed_logs in model_logs.values():
-                for log in seed_logs:
-                    keys += [k for k in curve_keys(log, tuple(curve_metrics)) if k not in keys]
+            keys = plots.metric_keys(model_logs, lambda log: curve_keys(log, tuple(curve_metrics)))
             path = output_dir / f"training_curves_{slug(model)}.png"
             written.append(plots.training_curves(model_logs, keys, model, path))
         elif model_logs:
