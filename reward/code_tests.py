@@ -194,18 +194,20 @@ def stdin_output_matches(actual: str, expected: str) -> bool:
     return True
 
 
-def functional_output_matches(actual_json: str, expected_json: str) -> bool:
-    """Compare a JSON-serialised return value to the expected JSON value with ``==``."""
+def output_matches(test: TestCase, output: str) -> bool:
+    """Whether the harness's output for ``test`` passes it: stdin tests as
+    :func:`stdin_output_matches`; functional tests compare the returned value, which the
+    harness reports as ``=<json>`` for plain data and ``!`` for anything else (never equal),
+    to the expected JSON value with ``==``."""
+    if test.testtype == "stdin":
+        return stdin_output_matches(output, test.output)
+    if not output.startswith("="):
+        return False
     try:
-        actual = _json_value(actual_json)
+        actual = _json_value(output[1:])
     except (ValueError, RecursionError):
         return False
-    return actual == _json_value(expected_json)
-
-
-def harness_functional_matches(output: str, expected_json: str) -> bool:
-    """The harness reports ``=<json>`` for plain data and ``!`` for anything else (never equal)."""
-    return output.startswith("=") and functional_output_matches(output[1:], expected_json)
+    return actual == _json_value(test.output)
 
 
 _STATUSES = ("ok", "timeout", "runtime_error", "output_limit")
@@ -311,10 +313,8 @@ def score_code(
         test = problem.tests[i]
         if status != "ok":
             ok, reason = False, _FAILURE_REASONS.get(status, outcome.RUNTIME_ERROR)
-        elif test.testtype == "stdin":
-            ok, reason = stdin_output_matches(output, test.output), outcome.WRONG_ANSWER
         else:
-            ok, reason = harness_functional_matches(output, test.output), outcome.WRONG_ANSWER
+            ok, reason = output_matches(test, output), outcome.WRONG_ANSWER
         passed[i] = ok
         if not ok and not first_failure:
             first_failure.append(reason)

@@ -31,9 +31,8 @@ from reward.code_tests import (
     HARNESS_SOURCE,
     CodeLimits,
     TestCase,
-    harness_functional_matches,
+    output_matches,
     parse_submission,
-    stdin_output_matches,
 )
 
 _MAIN_GUARD = '\nif __name__ == "__main__":\n    main()\n'
@@ -86,7 +85,6 @@ def _post(url: str, payload: dict, timeout_s: float) -> dict | None:
 def _run_test(url: str, program: str, test: TestCase, fn_name: str | None, limits: CodeLimits) -> tuple[bool, str]:
     """(passed, failure reason) of one test on the server."""
     marker = "@@reward-result-" + secrets.token_hex(8) + "@@"
-    functional = test.testtype == "functional"
     payload = {
         "code": remote_program(program, test, fn_name, marker),
         "stdin": "",  # the input is in the script; fd 0 is empty, as in LiveCodeBench's grader
@@ -116,11 +114,7 @@ def _run_test(url: str, program: str, test: TestCase, fn_name: str | None, limit
         output = None
     if output is None:
         return False, outcome.RUNTIME_ERROR
-    if functional:
-        ok = harness_functional_matches(output, test.output)
-    else:
-        ok = stdin_output_matches(output, test.output)
-    return (True, "") if ok else (False, outcome.WRONG_ANSWER)
+    return (True, "") if output_matches(test, output) else (False, outcome.WRONG_ANSWER)
 
 
 def score_code_remote(
