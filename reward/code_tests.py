@@ -250,6 +250,15 @@ def parse_submission(ground_truth: str | dict, response: str, mode: str) -> tupl
     return parse_ground_truth(ground_truth), extract_program(response)
 
 
+def tests_verdict(program: str, passed: int, n_tests: int, failures: list[str], mode: str) -> outcome.Verdict:
+    """The verdict on a program that passed ``passed`` of ``n_tests`` tests, ``failures[0]`` being
+    the reason of the first failure: credit is the pass rate in ``fraction`` mode, else 1 or 0."""
+    fraction = passed / n_tests
+    reason = outcome.CORRECT if passed == n_tests else failures[0]
+    credit = fraction if mode == "fraction" else (1.0 if passed == n_tests else 0.0)
+    return outcome.Verdict(reason, program, fraction, credit)
+
+
 def score_code(
     response: str,
     ground_truth: str | dict,
@@ -339,7 +348,4 @@ def score_code(
     if not first_failure and seen < n:
         # the harness stopped before reporting every test: killed from inside, or out of budget
         first_failure.append(outcome.TIMEOUT if result.timed_out else outcome.RUNTIME_ERROR)
-    fraction = sum(passed) / n
-    reason = outcome.CORRECT if all(passed) else first_failure[0]
-    credit = fraction if mode == "fraction" else (1.0 if all(passed) else 0.0)
-    return outcome.Verdict(reason, program, fraction, credit)
+    return tests_verdict(program, sum(passed), n, first_failure, mode)

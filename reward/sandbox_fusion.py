@@ -33,6 +33,7 @@ from reward.code_tests import (
     TestCase,
     output_matches,
     parse_submission,
+    tests_verdict,
 )
 
 _MAIN_GUARD = '\nif __name__ == "__main__":\n    main()\n'
@@ -149,7 +150,4 @@ def score_code_remote(
     failures = [reason for ok, reason in results if not ok]
     if len(results) < n and not failures:
         failures.append(outcome.TIMEOUT)  # the problem budget ran out
-    reason = outcome.CORRECT if passed == n else failures[0]
-    fraction = passed / n
-    credit = fraction if mode == "fraction" else (1.0 if passed == n else 0.0)
-    return outcome.Verdict(reason, program, fraction, credit)
+    return tests_verdict(program, passed, n, failures, mode)
