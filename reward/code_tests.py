@@ -340,11 +340,7 @@ def score_code(
     if header.get("COMPILE_ERROR"):
         return outcome.Verdict(outcome.RUNTIME_ERROR, program, 0.0, 0.0)
     if not header.get("READY"):
-        if result.timed_out:
-            reason = outcome.TIMEOUT
-        else:
-            reason = outcome.SANDBOX_ERROR
-        return outcome.Verdict(reason, program, 0.0, 0.0)
+        return outcome.Verdict(outcome.TIMEOUT if result.timed_out else outcome.SANDBOX_ERROR, program, 0.0, 0.0)
     if not first_failure and seen < n:
         # the harness stopped before reporting every test: killed from inside, or out of budget
         first_failure.append(outcome.TIMEOUT if result.timed_out else outcome.RUNTIME_ERROR)
