@@ -100,10 +100,8 @@ def _run_test(url: str, program: str, test: TestCase, fn_name: str | None, limit
     if reply is None or not isinstance(reply, dict) or reply.get("status") == "SandboxError":
         return False, outcome.SANDBOX_ERROR
     compile_result = reply.get("compile_result") or {}
-    if compile_result.get("status") == "TimeLimitExceeded":
-        return False, outcome.TIMEOUT
     run = reply.get("run_result") or {}
-    if run.get("status") == "TimeLimitExceeded":
+    if compile_result.get("status") == "TimeLimitExceeded" or run.get("status") == "TimeLimitExceeded":
         return False, outcome.TIMEOUT
     if run.get("status") != "Finished" or run.get("return_code") != 0:
         return False, outcome.RUNTIME_ERROR
