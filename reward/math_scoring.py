@@ -81,16 +81,14 @@ def score_math(response: str, ground_truth: object, *, timeout_s: float, workers
     pred = extract_answer(response)
     if pred is None:
         return outcome.all_or_nothing(outcome.NO_ANSWER, None)
-    quick = quick_compare(gold, pred)
-    if quick is not None:
-        return outcome.all_or_nothing(outcome.CORRECT if quick else outcome.WRONG_ANSWER, _shown(pred))
-    cached = verdict_cache.get((gold, pred))
-    if cached is not None:
-        return outcome.all_or_nothing(outcome.CORRECT if cached else outcome.WRONG_ANSWER, _shown(pred))
-    comparison = get_default_pool(workers).compare(gold, pred, timeout_s, started=started)
-    if comparison.status in ("equal", "different"):
+    equal = quick_compare(gold, pred)
+    if equal is None:
+        equal = verdict_cache.get((gold, pred))
+    if equal is None:
+        comparison = get_default_pool(workers).compare(gold, pred, timeout_s, started=started)
+        if comparison.status not in ("equal", "different"):
+            reason = outcome.TIMEOUT if comparison.status == "timeout" else outcome.VERIFIER_ERROR
+            return outcome.all_or_nothing(reason, _shown(pred))
         equal = comparison.status == "equal"
         verdict_cache.put((gold, pred), equal)
-        return outcome.all_or_nothing(outcome.CORRECT if equal else outcome.WRONG_ANSWER, _shown(pred))
-    reason = outcome.TIMEOUT if comparison.status == "timeout" else outcome.VERIFIER_ERROR
-    return outcome.all_or_nothing(reason, _shown(pred))
+    return outcome.all_or_nothing(outcome.CORRECT if equal else outcome.WRONG_ANSWER, _shown(pred))
