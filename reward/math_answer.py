@@ -42,11 +42,7 @@ def extract_answer(response: str) -> str | None:
     line_start, line_content = _last_answer_line(tail)
     if box_start < 0 and line_start < 0:
         return None
-    if box_start >= line_start:
-        content = box_content
-    else:
-        content = line_content
-    content = content.strip()
+    content = (box_content if box_start >= line_start else line_content).strip()
     return content or None
 
 
