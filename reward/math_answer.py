@@ -180,19 +180,16 @@ def _compare_bracketed(g: str, p: str) -> bool | None:
     if g_match is None or p_match is None:
         return None
     g_items, p_items = g_match.group(2).split(","), p_match.group(2).split(",")
-    if len(g_items) < 2 or len(p_items) < 2:
-        return None
+    if len(g_items) != 2 or len(p_items) != 2:
+        return None  # [1,2,3] may be a set
     g_values = [_as_number(item) for item in g_items]
     p_values = [_as_number(item) for item in p_items]
     if any(value is None for value in g_values + p_values):
         return None
-    for values in (g_values, p_values):
-        if len(values) != 2 or not _ordered(values[0], values[1]):
-            return None  # only proper intervals / increasing pairs: (0,0] is empty, [1,2,3] may be a set
+    if not (_ordered(*g_values) and _ordered(*p_values)):
+        return None  # only proper intervals / increasing pairs: (0,0] is empty
     same_brackets = _effective_brackets(g_match, g_values) == _effective_brackets(p_match, p_values)
-    same_values = len(g_values) == len(p_values) and all(
-        type(a) is type(b) and a == b for a, b in zip(g_values, p_values)
-    )
+    same_values = all(type(a) is type(b) and a == b for a, b in zip(g_values, p_values))
     return same_brackets and same_values
 
 
