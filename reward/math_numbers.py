@@ -252,10 +252,7 @@ class _Parser:
         """
         token = self.peek()
         if token == "{":
-            self.take()
-            value = self.expression()
-            self.take("}")
-            return value
+            return self.atom()  # the braced group, read as atom() reads one
         if token is not None and token.isdigit():
             self.take()
             if len(token) != 1:
