@@ -282,9 +282,9 @@ def clearly_different(a: Number, b: Number) -> bool:
     15 digits otherwise, so a gap above 1e-5 (absolute, and relative to the larger value)
     can never compare equal there.
     """
-    gap = abs(a.approximate() - b.approximate())
-    scale = max(Decimal(1), abs(a.approximate()), abs(b.approximate()))
-    return gap > Decimal("1e-5") * scale
+    a_value, b_value = a.approximate(), b.approximate()
+    scale = max(Decimal(1), abs(a_value), abs(b_value))
+    return abs(a_value - b_value) > Decimal("1e-5") * scale
 
 
 
