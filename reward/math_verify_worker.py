@@ -116,7 +116,7 @@ def _fork_worker(control: socket.socket, compare) -> None:
     except OSError:
         pool_end.close()
         worker_end.close()
-        control.sendall(struct.pack(">I", 0))  # pid 0: no worker (the pool reports the failure)
+        control.sendall(_HEADER.pack(0))  # pid 0: no worker (the pool reports the failure)
         return
     if pid == 0:
         status = 1
@@ -129,7 +129,7 @@ def _fork_worker(control: socket.socket, compare) -> None:
         finally:
             os._exit(status)
     worker_end.close()
-    socket.send_fds(control, [struct.pack(">I", pid)], [pool_end.fileno()])
+    socket.send_fds(control, [_HEADER.pack(pid)], [pool_end.fileno()])
     pool_end.close()
 
 
