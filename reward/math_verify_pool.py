@@ -249,16 +249,17 @@ class MathVerifyPool:
         if limit_s <= 0:
             raise ValueError(f"limit_s must be positive, got {limit_s}")
         deadline = (time.monotonic() if started is None else started) + limit_s
+        no_worker = Comparison("timeout", f"no math-verify worker was ready within {limit_s:g} s")
         for attempt in range(2):
             worker = self._acquire(deadline)
             if worker is None:
-                return Comparison("timeout", f"no math-verify worker was ready within {limit_s:g} s")
+                return no_worker
             healthy = False
             try:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     healthy = True
-                    return Comparison("timeout", f"no math-verify worker was ready within {limit_s:g} s")
+                    return no_worker
                 try:
                     worker.send({"gold": gold, "pred": pred, "limit_s": remaining})
                 except OSError:
