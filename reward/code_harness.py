@@ -278,7 +278,6 @@ def run_test(function, fn_name, text, load_time_stdin):
 
 def _child(code, source, fn_name, first, inputs, report_fd, output_bytes):
     """In the forked child: load the module once, run tests ``first``.., report, _exit."""
-    status = 1
     try:
         os.setpgid(0, 0)
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
