@@ -304,10 +304,8 @@ def score_code(
     first_failure: list[str] = []
     header: dict = {}
     reported: set[int] = set()
-    seen = 0
 
     def on_line(line: bytes) -> bool:
-        nonlocal seen
         record = _parse_report(line, n)
         if record is None:
             return True  # not a well-formed report line (something else wrote to the pipe)
@@ -315,15 +313,13 @@ def score_code(
             header[record[0]] = True
             return record[0] == "READY"
         _, i, status, output = record
-        if passed[i] or i in reported:
+        if i in reported:
             return True  # a test is graded once
         reported.add(i)
-        seen += 1
-        test = problem.tests[i]
         if status != "ok":
             ok, reason = False, _FAILURE_REASONS.get(status, outcome.RUNTIME_ERROR)
         else:
-            ok, reason = output_matches(test, output), outcome.WRONG_ANSWER
+            ok, reason = output_matches(problem.tests[i], output), outcome.WRONG_ANSWER
         passed[i] = ok
         if not ok and not first_failure:
             first_failure.append(reason)
@@ -341,7 +337,7 @@ def score_code(
         return outcome.Verdict(outcome.RUNTIME_ERROR, program, 0.0, 0.0)
     if not header.get("READY"):
         return outcome.Verdict(outcome.TIMEOUT if result.timed_out else outcome.SANDBOX_ERROR, program, 0.0, 0.0)
-    if not first_failure and seen < n:
+    if not first_failure and len(reported) < n:
         # the harness stopped before reporting every test: killed from inside, or out of budget
         first_failure.append(outcome.TIMEOUT if result.timed_out else outcome.RUNTIME_ERROR)
     return tests_verdict(program, sum(passed), n, first_failure, mode)
