@@ -97,7 +97,7 @@ def _run_test(url: str, program: str, test: TestCase, fn_name: str | None, limit
         "fetch_files": [],
     }
     reply = _post(url, payload, 2 * limits.test_timeout_s + HTTP_SLACK_S)
-    if reply is None or not isinstance(reply, dict) or reply.get("status") == "SandboxError":
+    if not isinstance(reply, dict) or reply.get("status") == "SandboxError":
         return False, outcome.SANDBOX_ERROR
     compile_result = reply.get("compile_result") or {}
     run = reply.get("run_result") or {}
