@@ -134,16 +134,16 @@ def score_code_remote(
     if program is None:
         return outcome.all_or_nothing(outcome.NO_ANSWER, None)
     started = time.monotonic()
+    n = len(problem.tests)
     results: list[tuple[bool, str]] = []
     with ThreadPoolExecutor(max_workers=concurrency) as executor:
-        for first in range(0, len(problem.tests), concurrency):
-            if time.monotonic() - started > limits.run_budget_s(len(problem.tests)):
+        for first in range(0, n, concurrency):
+            if time.monotonic() - started > limits.run_budget_s(n):
                 break
             batch = problem.tests[first : first + concurrency]
             results += executor.map(lambda test: _run_test(url, program, test, problem.fn_name, limits), batch)
             if mode == "all_pass" and not all(ok for ok, _ in results):
                 break
-    n = len(problem.tests)
     passed = sum(ok for ok, _ in results)
     failures = [reason for ok, reason in results if not ok]
     if len(results) < n and not failures:
