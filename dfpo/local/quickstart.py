@@ -21,7 +21,10 @@ Stages, each through the same command a user runs for the real thing:
 
 ``report/quickstart.json``::
 
-    {"model": "SmolLM2-135M-Instruct", "pretrained": true, "steps": N, "seed": s,
+    {"model": "SmolLM2-135M-Instruct", "pretrained": true, "steps": N, "seed": s, "ranks": r,
+     "precision": {"actor": {"requested": "auto", "dtype": "float32", "reason": "auto: no native bf16: ..."},
+                   "rollout": {...}, "evaluation": {...},
+                   "cpu": {"capability": "AVX2", "fp32_ms": ..., "bf16_ms": ..., "native_bf16": false, ...}},
      "seconds": {"total": ..., "prepare": ..., "train_dfpo_min_replace": ..., "train_gspo": ...,
                  "merge": ..., "evaluate": ..., "report": ...},
      "held_out": {"benchmark": "digit_sums_test", "n_problems": n, "k": k,
@@ -33,7 +36,11 @@ With ``--methods`` only the chosen methods are trained, timed and reported (``df
 ``target_met`` need DFPO; the report's baseline is GSPO when it was trained, else the start).
 Every accuracy in it is the report's (``report/report.json``), which computes avg@k and its
 bootstrap CI from ``evals/*/samples.jsonl``. ``seconds`` are this invocation's: a rerun skips the
-stages whose outputs exist (a stage's time is then that of the check).
+stages whose outputs exist (a stage's time is then that of the check). ``precision`` says what the
+run computed in and why: every dtype is ``auto`` unless set (``--actor-dtype``/``ACTOR_DTYPE``,
+``--rollout-dtype``/``ROLLOUT_DTYPE``, ``--eval-dtype``), and ``auto`` is bf16 only where this
+CPU computes bf16 natively (:mod:`dfpo.local.cpu_precision`; ``cpu`` is its measurement). Run and
+evaluation names include the dtypes, so a rerun never reuses an output computed in another.
 
 Everything is written under ``--output-root`` in the recipes' layout (``logs/``, ``checkpoints/``,
 ``models/``, ``data/``) plus ``merged/``, ``evals/`` and ``report/``. Any failing stage stops the
@@ -52,6 +59,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dfpo.local import cpu_precision
 from dfpo.local.pretrained_model import MODEL_NAME, PretrainedModelError
 from dfpo.local.prepare import prepare_pretrained
 from dfpo.local.sums_task import TEST_SOURCE, TEST_TITLE, task_digest
@@ -111,15 +119,46 @@ def run_logged(command: list[str], log: Path, env: dict[str, str] | None = None,
         raise StageFailed(f"`{' '.join(command)}` exited with {process.returncode}; last lines of {log}:\n{tail}")
 
 
-def experiment_name(method: Method, steps: int, seed: int, overrides: tuple[str, ...] = ()) -> str:
+@dataclass(frozen=True)
+class Precision:
+    """The dtypes this run computes in, resolved once at launch by the CPU precision rule
+    (:mod:`dfpo.local.cpu_precision`: bf16 only where the CPU computes it natively)."""
+
+    actor: cpu_precision.Choice  # ACTOR_DTYPE: the training actor's forward and backward
+    rollout: cpu_precision.Choice  # ROLLOUT_DTYPE: verl's vLLM engine
+    evaluation: cpu_precision.Choice  # --eval-dtype: the held-out evaluation's transformers model
+
+    @classmethod
+    def resolve(cls, actor: str, rollout: str, evaluation: str) -> "Precision":
+        return cls(
+            cpu_precision.choose("ACTOR_DTYPE", actor),
+            cpu_precision.choose("ROLLOUT_DTYPE", rollout),
+            cpu_precision.choose("--eval-dtype", evaluation),
+        )
+
+    def recipe_env(self) -> dict[str, str]:
+        """The resolved dtypes as the CPU recipe's knobs (so the recipe measures nothing again)."""
+        return {"ACTOR_DTYPE": cpu_precision.VERL_NAMES[self.actor.dtype], "ROLLOUT_DTYPE": self.rollout.dtype}
+
+    def record(self) -> dict:
+        """quickstart.json's ``precision``: each choice with its reason, and the CPU's measurement."""
+        payload = {"actor": self.actor.record(), "rollout": self.rollout.record(), "evaluation": self.evaluation.record()}
+        if cpu_precision.probe.cache_info().currsize:
+            payload["cpu"] = cpu_precision.probe().record()
+        return payload
+
+
+def experiment_name(method: Method, steps: int, seed: int, overrides: tuple[str, ...] = (), settings: dict[str, str] | None = None) -> str:
     """The run's name, ending in a digest of what else its result depends on (the task's version,
-    the CPU recipe files' settings, the extra overrides), so that a rerun in the same output root
-    reuses a checkpoint only when it would train the same thing."""
+    the CPU recipe files' settings, the knobs the quickstart sets — ranks, dtypes — and the extra
+    overrides), so that a rerun in the same output root reuses a checkpoint only when it would
+    train the same thing."""
     digest = hashlib.sha256()
     digest.update(task_digest().encode())
     for path in RECIPE_FILES:
         digest.update(path.read_bytes())
     digest.update("\n".join(overrides).encode())
+    digest.update(json.dumps(settings or {}, sort_keys=True).encode())
     return f"quickstart-{method.recipe_method}-{steps}steps-seed{seed}-{digest.hexdigest()[:8]}"
 
 
@@ -163,10 +202,14 @@ class StepProgress:
                 )
 
 
-def train(method: Method, root: Path, steps: int, ranks: int, seed: int, overrides: tuple[str, ...] = ()) -> tuple[Path, Path | None]:
-    """Train with the method's CPU recipe (``overrides``: extra Hydra overrides after the recipe's);
-    returns (final checkpoint's actor directory, file log)."""
-    experiment = experiment_name(method, steps, seed, overrides)
+def train(
+    method: Method, root: Path, steps: int, ranks: int, seed: int, overrides: tuple[str, ...] = (), knobs: dict[str, str] | None = None,
+) -> tuple[Path, Path | None]:
+    """Train with the method's CPU recipe (``overrides``: extra Hydra overrides after the recipe's;
+    ``knobs``: recipe environment knobs, e.g. the resolved dtypes); returns (final checkpoint's
+    actor directory, file log)."""
+    knobs = {**(knobs or {}), "GPUS_PER_NODE": str(ranks)}
+    experiment = experiment_name(method, steps, seed, overrides, knobs)
     checkpoints = root / "checkpoints" / "dfpo" / experiment
     latest = checkpoints / "latest_checkpointed_iteration.txt"
     log_dir = root / "logs" / "dfpo"
@@ -176,9 +219,9 @@ def train(method: Method, root: Path, steps: int, ranks: int, seed: int, overrid
         script = f"recipes/run_{method.recipe_method}_{RECIPE_MODEL}.sh"
         say(f"{method.label}: training {steps} steps on {ranks} CPU ranks (bash {script})")
         env = {
+            **knobs,
             "OUTPUT_ROOT": str(root),
             "TOTAL_TRAINING_STEPS": str(steps),
-            "GPUS_PER_NODE": str(ranks),
             "SEED": str(seed),
             "EXPERIMENT_NAME": experiment,
             "SAVE_FREQ": str(steps),
@@ -264,12 +307,16 @@ class Stopwatch:
 
 
 def run(
-    root: Path, steps: int, ranks: int, k: int, seed: int, eval_dtype: str, overrides: tuple[str, ...] = (),
+    root: Path, steps: int, ranks: int, k: int, seed: int, precision: Precision, overrides: tuple[str, ...] = (),
     methods: tuple[Method, ...] = METHODS,
 ) -> dict:
     """The five stages for ``methods`` (default: DFPO (Min-Replace) and GSPO); returns quickstart.json's content."""
     clock = Stopwatch()
     logs = root / EXPERIMENT_LOGS
+    for choice in (precision.actor, precision.rollout, precision.evaluation):
+        say(f"precision: {choice.knob}={choice.requested} -> {choice.dtype} ({choice.reason})")
+        if choice.warning:
+            say(f"WARNING: {choice.warning}")
     say(f"stage 1/5: {MODEL_NAME} and the held-out sums task under {root}")
     since = time.monotonic()
     try:
@@ -283,7 +330,7 @@ def run(
     for number, method in enumerate(methods, start=2):
         say(f"stage {number}/5: {method.label}")
         since = time.monotonic()
-        trained[method.label], train_logs[method.label] = train(method, root, steps, ranks, seed, overrides)
+        trained[method.label], train_logs[method.label] = train(method, root, steps, ranks, seed, overrides, precision.recipe_env())
         clock.stage(f"train_{method.recipe_method}", since)
 
     say(f"stage 4/5: merging checkpoints; sampling k={k} answers per held-out problem from the start and each result")
@@ -297,7 +344,8 @@ def run(
     for label, model_dir in models.items():
         # a trained model's name already says its task and seed; the start's evaluation is per task and seed
         name = model_dir.name if label != START else f"{model_dir.name}-{task_digest()}-seed{seed}"
-        evals[label] = evaluate(model_dir, test_file, root / "evals" / f"{name}-k{k}", k, seed, eval_dtype, logs / "evaluate.log")
+        eval_dtype = precision.evaluation.dtype
+        evals[label] = evaluate(model_dir, test_file, root / "evals" / f"{name}-k{k}-{eval_dtype}", k, seed, eval_dtype, logs / "evaluate.log")
         summary = json.loads((evals[label] / "summary.json").read_text())["overall"]
         say(f"  {label}: held-out avg@{k} {100 * summary['avg@k']:.1f}% ({evals[label]})")
     clock.stage("evaluate", since)
@@ -320,6 +368,7 @@ def run(
         "steps": steps,
         "seed": seed,
         "ranks": ranks,
+        "precision": precision.record(),
         "seconds": {"total": clock.total(), **clock.seconds},
         "held_out": held_out,
     }
@@ -349,8 +398,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k", type=int, default=DEFAULT_K, help=f"samples per held-out problem (default {DEFAULT_K})")
     parser.add_argument("--seed", type=int, default=1, help="training seed (SEED of the recipes) and evaluation seed")
     parser.add_argument(
-        "--eval-dtype", choices=("bfloat16", "float32"), default="bfloat16",
-        help="dtype of the evaluation's transformers model (default bfloat16: about 3x faster on CPUs with bf16 kernels)",
+        "--actor-dtype", default=os.environ.get("ACTOR_DTYPE", "auto"), choices=("auto", "fp32", "bf16"),
+        help="the training actor's compute dtype (default: $ACTOR_DTYPE or auto: bf16 where this CPU computes it natively, else fp32)",
+    )
+    parser.add_argument(
+        "--rollout-dtype", default=os.environ.get("ROLLOUT_DTYPE", "float32"), choices=("auto", "float32", "bfloat16"),
+        help="verl's vLLM engine's dtype (default: $ROLLOUT_DTYPE or float32)",
+    )
+    parser.add_argument(
+        "--eval-dtype", choices=("auto", "bfloat16", "float32"), default="auto",
+        help="dtype of the evaluation's transformers model (default auto: bfloat16 where this CPU computes it natively, "
+        "about 3x faster there; else float32)",
     )
     parser.add_argument(
         "--override", action="append", default=[], metavar="KEY=VALUE",
@@ -367,7 +425,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--{name} must be at least 1")
     try:
         methods = tuple(m for m in METHODS if m.recipe_method in args.methods)
-        run(args.output_root.expanduser().resolve(), args.steps, args.ranks, args.k, args.seed, args.eval_dtype, tuple(args.override), methods)
+        precision = Precision.resolve(args.actor_dtype, args.rollout_dtype, args.eval_dtype)
+        run(args.output_root.expanduser().resolve(), args.steps, args.ranks, args.k, args.seed, precision, tuple(args.override), methods)
     except StageFailed as failure:
         say(f"FAILED: {failure}")
         return 1

@@ -8,8 +8,10 @@
 #                       vLLM) on vLLM 0.24.0's CPU build: the path of the GPU recipes (default)
 #   ROLLOUT_NAME=local  dfpo's transformers rollout server (dfpo/local/server.py; docs/cpu.md says
 #                       when it is the better choice)
-# ACTOR_DTYPE=fp32|bf16 is the actor's parameter dtype (bf16: ~2x faster updates on CPUs with
-# AVX512-BF16, and a larger rollout-vs-actor log-prob gap); ROLLOUT_DTYPE the vLLM engine's;
+# ACTOR_DTYPE=auto|fp32|bf16 is the actor's compute dtype, ROLLOUT_DTYPE=auto|float32|bfloat16 the
+# vLLM engine's. auto is bf16 only where this CPU computes bf16 natively (a timed probe:
+# dfpo/local/cpu_precision.py), else fp32: bf16 updates run ~2x faster on CPUs with AVX512-BF16 or
+# AMX and ~86x slower on AVX2-only CPUs. An explicit bf16 on a CPU without it runs, with a warning.
 # CPU_THREADS_PER_RANK each rank's torch threads (default: the cores / the ranks).
 
 : "${ROLLOUT_NAME:=vllm}"
@@ -19,8 +21,19 @@
 : "${WEIGHT_BUCKET_MB:=256}"          # >= the largest tensor: on CPU verl syncs through shared memory, one tensor per bucket at most
 : "${RAY_OBJECT_STORE_BYTES:=1000000000}"  # Ray's default (30% of memory) pushes a 24 GiB machine into its OOM killer
 
-case "$ACTOR_DTYPE" in fp32 | bf16) ;; *) dfpo_die "ACTOR_DTYPE must be fp32 or bf16, got '$ACTOR_DTYPE'" ;; esac
-case "$ROLLOUT_DTYPE" in float32 | bfloat16) ;; *) dfpo_die "ROLLOUT_DTYPE must be float32 or bfloat16, got '$ROLLOUT_DTYPE'" ;; esac
+case "$ACTOR_DTYPE" in auto | fp32 | bf16) ;; *) dfpo_die "ACTOR_DTYPE must be auto, fp32 or bf16, got '$ACTOR_DTYPE'" ;; esac
+case "$ROLLOUT_DTYPE" in auto | float32 | bfloat16) ;; *) dfpo_die "ROLLOUT_DTYPE must be auto, float32 or bfloat16, got '$ROLLOUT_DTYPE'" ;; esac
+if [[ "$ACTOR_DTYPE" != fp32 || "$ROLLOUT_DTYPE" != float32 ]]; then
+    # auto resolved, and bf16 checked, against this CPU; the choice and its reason go to stderr
+    dfpo_precision="$("${PYTHON:-python3}" -m dfpo.local.cpu_precision --actor "$ACTOR_DTYPE" --rollout "$ROLLOUT_DTYPE")" ||
+        dfpo_die "python -m dfpo.local.cpu_precision --actor $ACTOR_DTYPE --rollout $ROLLOUT_DTYPE failed (see above)"
+    while IFS='=' read -r dfpo_knob dfpo_value; do
+        case "$dfpo_knob" in
+            ACTOR_DTYPE) ACTOR_DTYPE=$dfpo_value ;;
+            ROLLOUT_DTYPE) ROLLOUT_DTYPE=$dfpo_value ;;
+        esac
+    done <<<"$dfpo_precision"
+fi
 case "$ROLLOUT_NAME" in vllm | local) ;; *) dfpo_die "ROLLOUT_NAME on CPU must be vllm or local, got '$ROLLOUT_NAME'" ;; esac
 
 export VERL_PLATFORM=cpu              # this driver process; Ray actors get it below

@@ -33,7 +33,7 @@ OUTPUT_ROOT="$(dfpo_expand_home "$OUTPUT_ROOT")"
 : "${ROLLOUT_GPUS_PER_NODE:=1}"       # TRAINER_MODE=separate_async: CPU ranks of its own rollout
 : "${CHECKPOINT_ENGINE:=local}"       # separate_async's weight sync over gloo (dfpo/local/checkpoint_engine.py)
 : "${REWARD_NUM_WORKERS:=1}"
-: "${ACTOR_DTYPE:=bf16}"              # the actor's parameters and compute (cpu_base.sh); see docs/cpu.md for bf16 vs fp32
+: "${ACTOR_DTYPE:=auto}"              # the actor's compute: bf16 where this CPU computes it natively, else fp32 (cpu_base.sh; docs/cpu.md)
 : "${LR:=1.5e-5}"                    # after LR_WARMUP_STEPS (docs/cpu.md: without warm-up, early steps with one right answer in 32 collapsed some seeds onto one answer)
 : "${LR_WARMUP_STEPS:=3}"             # verl's linear warm-up: lr x 0, 1/3, 2/3 in steps 1-3 (Adam's first steps are full-size whatever the signal)
 : "${WEIGHT_DECAY:=0.0}"

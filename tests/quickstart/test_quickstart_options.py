@@ -22,10 +22,12 @@ def test_overrides_go_after_the_recipe_and_rename_the_experiment(tmp_path, monke
     (command, env), = calls
     assert command == ["bash", "recipes/run_dfpo_min_replace_smollm2_135m_cpu.sh", *overrides]
     assert env["GPUS_PER_NODE"] == "1" and env["SEED"] == "3" and env["TOTAL_TRAINING_STEPS"] == "2"
-    plain = quickstart.experiment_name(method, 2, 3)
-    assert env["EXPERIMENT_NAME"] == quickstart.experiment_name(method, 2, 3, overrides) != plain
-    # a rerun with other overrides does not reuse this run's checkpoint
-    assert quickstart.experiment_name(method, 2, 3, ("x=1",)) not in (plain, env["EXPERIMENT_NAME"])
+    one_rank = {"GPUS_PER_NODE": "1"}
+    plain = quickstart.experiment_name(method, 2, 3, (), one_rank)
+    assert env["EXPERIMENT_NAME"] == quickstart.experiment_name(method, 2, 3, overrides, one_rank) != plain
+    # a rerun with other overrides, or on another number of ranks, does not reuse this run's checkpoint
+    assert quickstart.experiment_name(method, 2, 3, ("x=1",), one_rank) not in (plain, env["EXPERIMENT_NAME"])
+    assert quickstart.experiment_name(method, 2, 3, overrides, {"GPUS_PER_NODE": "2"}) != env["EXPERIMENT_NAME"]
 
 
 def test_a_run_is_named_by_what_it_depends_on(monkeypatch):

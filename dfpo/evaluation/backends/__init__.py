@@ -53,6 +53,27 @@ class GenerationBackend(Protocol):
         ...
 
 
+def cpu_dtype(requested: str, declared: str | None) -> str:
+    """The dtype a CPU evaluation computes in, by the CPU precision rule (bf16 only where this CPU
+    computes it natively: :func:`dfpo.local.cpu_precision.for_checkpoint`), said on stderr."""
+    from dfpo.local.cpu_precision import announce, for_checkpoint
+
+    choice = for_checkpoint("--dtype", requested, declared)
+    announce(choice, "dfpo evaluation precision")
+    return choice.dtype
+
+
+def checkpoint_dtype(model_path: str, trust_remote_code: bool = False) -> str | None:
+    """The dtype a checkpoint's config declares (``float32``, ``bfloat16``, ...), or None."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+    declared = getattr(config, "dtype", None)
+    if declared is None:
+        return None
+    return str(declared).removeprefix("torch.")
+
+
 def build_backend(name: str, model_path: str, sampling: SamplingConfig, **options: Any) -> GenerationBackend:
     """Build a backend by name; ``options`` are the backend's constructor arguments."""
     if name == "vllm":

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dfpo.eos_tokens import eos_token_ids
-from dfpo.evaluation.backends import Completion, GenerationRequest
+from dfpo.evaluation.backends import Completion, GenerationRequest, checkpoint_dtype, cpu_dtype
 from dfpo.evaluation.chat_prompt import render_prompt_ids
 from dfpo.evaluation.sampling import SamplingConfig
 
@@ -36,6 +36,8 @@ class TransformersBackend:
 
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device == "cpu":  # bf16 only where this CPU computes it natively
+            dtype = cpu_dtype(dtype, checkpoint_dtype(model_path, trust_remote_code))
         torch_dtype = dtype if dtype == "auto" else getattr(torch, dtype)
         self.model_path = model_path
         self.sampling = sampling

@@ -25,7 +25,9 @@ GPU meaning, and what is not given is chosen here (GPU runs keep vLLM's own defa
   the machine's whole memory) would claim 90 % of the host's RAM;
 * ``dtype="auto"`` is the checkpoint's own dtype, as the transformers backend loads it. vLLM's
   ``auto`` casts a float32 checkpoint to bfloat16, so the two backends would sample from
-  different numbers.
+  different numbers. A bfloat16 checkpoint on a CPU without native bf16 is computed in float32
+  (:func:`dfpo.local.cpu_precision.for_checkpoint`, said on stderr; an explicit ``bfloat16``
+  there runs with a warning).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dfpo.evaluation.backends import Completion, GenerationRequest
+from dfpo.evaluation.backends import Completion, GenerationRequest, checkpoint_dtype, cpu_dtype
 from dfpo.evaluation.chat_prompt import render_prompt_ids
 from dfpo.evaluation.sampling import SamplingConfig
 
@@ -99,17 +101,6 @@ def cpu_kv_cache_gib(requested: float | None, environ: Mapping[str, str] = os.en
     return CPU_DEFAULT_KV_CACHE_GIB if requested is None else float(requested)
 
 
-def checkpoint_dtype(model_path: str, trust_remote_code: bool = False) -> str | None:
-    """The dtype a checkpoint's config declares (``float32``, ``bfloat16``, ...), or None."""
-    from transformers import AutoConfig
-
-    config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
-    declared = getattr(config, "dtype", None)
-    if declared is None:
-        return None
-    return str(declared).removeprefix("torch.")
-
-
 class VLLMBackend:
     """Sample with ``vllm.LLM.generate``."""
 
@@ -141,8 +132,7 @@ class VLLMBackend:
         if self.device == "cpu":
             enforce_eager = True if enforce_eager is None else enforce_eager
             kv_cache_gib = cpu_kv_cache_gib(kv_cache_gib)
-            if dtype == "auto":
-                dtype = checkpoint_dtype(model_path, trust_remote_code) or "auto"
+            dtype = cpu_dtype(dtype, checkpoint_dtype(model_path, trust_remote_code))
         self.sampling = sampling
         self.tensor_parallel_size = tensor_parallel_size
         self.max_model_len = max_model_len
