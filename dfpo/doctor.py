@@ -200,6 +200,17 @@ def check_cpu_backend() -> Check:
     return Check("dfpo CPU backend", OK, "every verl internal dfpo/local plugs into is present")
 
 
+def check_cpu_precision(measured=None) -> Check:
+    """What ``auto`` computes in on this CPU (dfpo.local.cpu_precision): bf16 where it is native, else
+    fp32. Either is OK; an explicit bf16 on a CPU without it is what runs many times slower."""
+    from dfpo.local.cpu_precision import probe
+
+    measured = measured or probe()
+    if measured.native_bf16:
+        return Check("CPU precision", OK, f"auto is bf16: {measured.reason()}")
+    return Check("CPU precision", OK, f"auto is fp32: {measured.reason()}; ACTOR_DTYPE=bf16 would run many times slower here")
+
+
 CPU_RUN_MEMORY_GIB = 8.0
 """Available memory a CPU training run through vLLM needs, estimated from its parts (a vLLM engine:
 three processes of ~2-3 GB together plus its KV cache; Ray's own processes; the trainer's ranks and
@@ -397,6 +408,7 @@ def run_checks(stack: str, env: dict[str, str]) -> list[Check]:
     else:
         checks.append(check_cpu_backend())
         checks.append(check_cpu_memory())
+        checks.append(check_cpu_precision())
     checks.append(check_sandbox())
     checks += check_paths(env)
     return checks

@@ -141,3 +141,13 @@ def test_the_cpu_stack_passes_here_and_the_cli_fails_the_gpu_checks(tmp_path):
     assert "[FAIL] GPUs: torch sees no GPU" in gpu.stdout and "fix: check CUDA_VISIBLE_DEVICES" in gpu.stdout
     assert "[FAIL] vLLM: vllm 0.24.0+cpu picked the cpu platform; the gpu stack needs cuda" in gpu.stdout
     assert "[FAIL] pins in requirements-gpu-build.txt: flash-attn missing" in gpu.stdout  # compiled on GPU nodes only
+
+
+def test_the_cpu_precision_line_says_what_auto_computes_in_and_why():
+    from dfpo.local.cpu_precision import CpuPrecision
+
+    avx2 = doctor.check_cpu_precision(CpuPrecision("AVX2", False, False, fp32_ms=7.0, bf16_ms=600.0, torch_threads=2))
+    native = doctor.check_cpu_precision(CpuPrecision("AVX512", True, True, fp32_ms=9.0, bf16_ms=3.0, torch_threads=2))
+    assert avx2.status == native.status == OK
+    assert avx2.detail.startswith("auto is fp32: no native bf16") and "ACTOR_DTYPE=bf16 would run many times slower" in avx2.detail
+    assert native.detail.startswith("auto is bf16: native bf16")

@@ -16,6 +16,7 @@ import pytest
 
 from dfpo.evaluation.backends import Completion, GenerationRequest, build_backend
 from dfpo.evaluation.backends.transformers_backend import TransformersBackend
+from dfpo.evaluation.chat_prompt import render_prompt_ids
 from dfpo.evaluation.generate import main as generate_main
 from dfpo.evaluation.generate import make_request, run_evaluation
 from dfpo.evaluation.problems import load_problems
@@ -425,6 +426,30 @@ def test_transformers_backend_end_of_sequence_handling(tiny_backend):
     assert finished.text == tiny_backend.tokenizer.decode([5, 6])
     running = tiny_backend._completion([5] * SAMPLING.max_new_tokens, seed=1)
     assert (running.num_tokens, running.truncated) == (SAMPLING.max_new_tokens, True)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.0])
+def test_the_shared_prompt_prefill_samples_what_a_prefill_per_row_samples(tiny_backend, temperature):
+    """The backend runs each prompt through the model once for all k rows; transformers'
+    ``num_return_sequences`` alone runs it once per row. Same seed, same tokens."""
+    import torch
+
+    prompt = render_prompt_ids(tiny_backend.tokenizer, [{"role": "user", "content": "What is 2 + 3?"}], SAMPLING.chat_template_kwargs)
+    input_ids = torch.tensor([prompt])
+    mask = torch.ones_like(input_ids)
+    kwargs = {**tiny_backend._generation_kwargs(), "eos_token_id": [], "min_new_tokens": SAMPLING.max_new_tokens}
+    if temperature == 0.0:
+        kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None, min_p=None)
+    n = 1 if temperature == 0.0 else 4
+    torch.manual_seed(11)
+    shared = tiny_backend._generate(input_ids, mask, n, kwargs, len(prompt))
+    torch.manual_seed(11)
+    with torch.no_grad():
+        per_row = tiny_backend.model.generate(input_ids=input_ids, attention_mask=mask, num_return_sequences=n, **kwargs)
+    assert shared == per_row[:, len(prompt):].tolist()
+    assert all(len(row) == SAMPLING.max_new_tokens for row in shared)
+    if n > 1:
+        assert len({tuple(row) for row in shared}) > 1  # the rows are sampled independently
 
 
 def test_greedy_decoding_gives_k_equal_samples(tiny_model_dir):
