@@ -6,16 +6,17 @@ On the quickstart's own model (SmolLM2-135M-Instruct, converted from the llm-smo
 ``--output-root``) and its held-out sums, side by side in one process:
 
 1. the precision rule's probe (``dfpo.local.cpu_precision``): the matmul timings and the choice;
-2. one forward and backward of the model on one quickstart-sized sequence (the prompt and an
-   answer, 112 tokens) with float32 weights, in float32 and in bfloat16 (the actor's compute under
-   ``ACTOR_DTYPE=bf16``): seconds and the bf16/fp32 ratio;
+2. one forward and backward of the model on one quickstart-sized sequence (a held-out prompt and its
+   answer) with float32 weights and eager attention, in float32 and under bfloat16 autocast (as
+   close as one process gets to the actor's compute under ``ACTOR_DTYPE=bf16``, FSDP2 casting the
+   parameters to bf16): seconds and the bf16/fp32 ratio;
 3. the evaluation backend (``dfpo.evaluation.backends.transformers_backend``) on ``--problems``
    held-out problems x ``--k`` samples at the quickstart's settings, in the dtype ``auto`` picks:
    the prompt run once for the k rows (the backend) against transformers' own
    ``num_return_sequences`` (the prompt once per row, the anchor): seconds, ratio, and whether
    both drew the same tokens.
 
-Writes ``benchmarks/results/cpu_precision-<date>-<cpu capability>.json`` (machine, date, commit, versions,
+Writes ``benchmarks/results/cpu_precision-<date>T<time>-<cpu capability>.json`` (machine, date, commit, versions,
 every number) and prints it; docs/cpu.md quotes these files.
 """
 
@@ -83,11 +84,13 @@ def bench_training_pass(model_dir: Path, test_file: Path) -> dict:
     from dfpo.evaluation.problems import load_problems
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    # eager attention and fp32 weights, as the CPU recipes' actor (cpu_base.sh); bf16 compute by autocast
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager")
     problem = load_problems(test_file)[0]
     prompt = render_prompt_ids(tokenizer, problem.messages, {})
     answer = tokenizer(f"\\boxed{{{problem.ground_truth}}}<|im_end|>", add_special_tokens=False)["input_ids"]
     input_ids = torch.tensor([list(prompt) + answer])
+    forward_backward_seconds(model, input_ids, torch.float32, repeats=1, give_up_s=float("inf"))  # warm-up
     fp32 = forward_backward_seconds(model, input_ids, torch.float32, repeats=3, give_up_s=float("inf"))
     bf16 = forward_backward_seconds(model, input_ids, torch.bfloat16, repeats=3, give_up_s=10 * fp32)
     return {"tokens": int(input_ids.shape[1]), "fp32_s": round(fp32, 3), "bf16_s": round(bf16, 3), "bf16_over_fp32": round(bf16 / fp32, 2)}
@@ -102,12 +105,15 @@ def bench_evaluation(model_dir: Path, test_file: Path, problems: int, k: int, dt
     from dfpo.evaluation.sampling import SamplingConfig
     from dfpo.local.quickstart import EVAL_TEMPERATURE, MAX_NEW_TOKENS
 
-    sampling = SamplingConfig(temperature=EVAL_TEMPERATURE, top_p=1.0, top_k=0, max_new_tokens=MAX_NEW_TOKENS)
+    sampling = SamplingConfig(temperature=EVAL_TEMPERATURE, top_p=1.0, top_k=None, max_new_tokens=MAX_NEW_TOKENS)
     backend = TransformersBackend(str(model_dir), sampling, device="cpu", dtype=dtype)
     kwargs = backend._generation_kwargs()
+    problems_ = load_problems(test_file)[:problems]
+    warm = torch.tensor([render_prompt_ids(backend.tokenizer, problems_[0].messages, sampling.chat_template_kwargs)])
+    backend._generate(warm, torch.ones_like(warm), k, kwargs, warm.shape[1])  # first-call costs, outside both timings
     shared_s = per_row_s = 0.0
     same = True
-    for problem in load_problems(test_file)[:problems]:
+    for problem in problems_:
         prompt = render_prompt_ids(backend.tokenizer, problem.messages, sampling.chat_template_kwargs)
         input_ids = torch.tensor([prompt])
         mask = torch.ones_like(input_ids)
@@ -156,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         "evaluation": bench_evaluation(model_dir, test_file, args.problems, args.k, auto.dtype),
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    stamp = result["environment"]["date"][:10]
+    stamp = result["environment"]["date"][:16].replace(":", "")
     path = RESULTS / f"cpu_precision-{stamp}-{probe.capability.lower()}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

@@ -137,7 +137,8 @@ class Precision:
         )
 
     def recipe_env(self) -> dict[str, str]:
-        """The resolved dtypes as the CPU recipe's knobs (so the recipe measures nothing again)."""
+        """The resolved dtypes as the CPU recipe's knobs (the recipe then measures the CPU again only
+        to warn about an explicit bf16)."""
         return {"ACTOR_DTYPE": cpu_precision.VERL_NAMES[self.actor.dtype], "ROLLOUT_DTYPE": self.rollout.dtype}
 
     def record(self) -> dict:
@@ -245,6 +246,12 @@ def merge(actor_dir: Path, target: Path, log: Path) -> Path:
     return target
 
 
+def evaluation_dir(root: Path, name: str, k: int, dtype: str) -> Path:
+    """Where an evaluation is written: named by the model, k and the dtype, so that a rerun reuses
+    it only when it would compute the same thing."""
+    return root / "evals" / f"{name}-k{k}-{dtype}"
+
+
 def evaluate(model_dir: Path, data: Path, output_dir: Path, k: int, seed: int, dtype: str, log: Path) -> Path:
     if not (output_dir / "summary.json").exists():
         run_logged(
@@ -345,7 +352,7 @@ def run(
         # a trained model's name already says its task and seed; the start's evaluation is per task and seed
         name = model_dir.name if label != START else f"{model_dir.name}-{task_digest()}-seed{seed}"
         eval_dtype = precision.evaluation.dtype
-        evals[label] = evaluate(model_dir, test_file, root / "evals" / f"{name}-k{k}-{eval_dtype}", k, seed, eval_dtype, logs / "evaluate.log")
+        evals[label] = evaluate(model_dir, test_file, evaluation_dir(root, name, k, eval_dtype), k, seed, eval_dtype, logs / "evaluate.log")
         summary = json.loads((evals[label] / "summary.json").read_text())["overall"]
         say(f"  {label}: held-out avg@{k} {100 * summary['avg@k']:.1f}% ({evals[label]})")
     clock.stage("evaluate", since)
@@ -425,7 +432,10 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--{name} must be at least 1")
     try:
         methods = tuple(m for m in METHODS if m.recipe_method in args.methods)
-        precision = Precision.resolve(args.actor_dtype, args.rollout_dtype, args.eval_dtype)
+        try:
+            precision = Precision.resolve(args.actor_dtype, args.rollout_dtype, args.eval_dtype)
+        except cpu_precision.PrecisionError as error:  # a dtype from the environment (ACTOR_DTYPE, ROLLOUT_DTYPE)
+            parser.error(str(error))
         run(args.output_root.expanduser().resolve(), args.steps, args.ranks, args.k, args.seed, precision, tuple(args.override), methods)
     except StageFailed as failure:
         say(f"FAILED: {failure}")

@@ -33,6 +33,9 @@ if [[ "$ACTOR_DTYPE" != fp32 || "$ROLLOUT_DTYPE" != float32 ]]; then
             ROLLOUT_DTYPE) ROLLOUT_DTYPE=$dfpo_value ;;
         esac
     done <<<"$dfpo_precision"
+    case "$ACTOR_DTYPE/$ROLLOUT_DTYPE" in fp32/float32 | fp32/bfloat16 | bf16/float32 | bf16/bfloat16) ;;
+        *) dfpo_die "python -m dfpo.local.cpu_precision resolved ACTOR_DTYPE=$ACTOR_DTYPE ROLLOUT_DTYPE=$ROLLOUT_DTYPE" ;;
+    esac
 fi
 case "$ROLLOUT_NAME" in vllm | local) ;; *) dfpo_die "ROLLOUT_NAME on CPU must be vllm or local, got '$ROLLOUT_NAME'" ;; esac
 

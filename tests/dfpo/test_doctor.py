@@ -132,7 +132,7 @@ def test_the_cpu_stack_passes_here_and_the_cli_fails_the_gpu_checks(tmp_path):
     assert [c.line() for c in cpu if c.status == FAIL] == []
     names = {c.name: c for c in cpu}
     assert {"pins in requirements-cpu.txt", "pins in requirements-cpu-nodeps.txt", "dfpo in verl"} <= set(names)
-    assert {"dfpo CPU backend", "memory", "code-reward sandbox"} <= set(names)
+    assert {"dfpo CPU backend", "memory", "code-reward sandbox", "CPU precision"} <= set(names)
     # the real vLLM of the CPU stack: its CPU build, kernels loaded against this torch, seen by verl
     assert names["vLLM"].status == OK and names["vLLM"].detail.startswith("0.24.0+cpu on cpu, kernels loaded")
     gpu = _doctor(**paths)

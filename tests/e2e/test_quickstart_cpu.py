@@ -54,8 +54,9 @@ STEPS = DEFAULT_STEPS
 # times the start's CI half-width (about 4.5 points) and well below the weakest seed's gain.
 MIN_GAIN = 0.15
 # both methods, bf16 compute: measured about 16 min on a quiet 2-core machine (set-up done);
-# DFPO alone in fp32: about 45 min on a slow AVX2-only 2-core machine (docs/cpu.md)
-RUN_TIMEOUT_S = {True: 2700, False: 4200}
+# DFPO alone in fp32: about 47 min on a slow AVX2-only 2-core machine (docs/cpu.md, "bf16 only where
+# the CPU computes it natively")
+RUN_TIMEOUT_S = {True: 2700, False: 5400}
 N_HELD_OUT = 41
 K = 8
 VAL_KEY = "val-core/digit_sums_test/acc/mean@1"
@@ -80,7 +81,10 @@ def quickstart(tmp_path_factory):
         args += ["--methods", "dfpo_min_replace"]
     if os.environ.get("DFPO_LEARNING_TEST_NEGATE", "0") == "1":
         args += ["--override", f"reward.custom_reward_function.path='{REPO_ROOT / 'tests' / 'e2e' / 'negated_reward.py'}'"]
-    run = run_command(args, {}, timeout_s=RUN_TIMEOUT_S[native_bf16()])
+    with pytest.MonkeyPatch.context() as patch:  # every dtype at its default (auto), whatever this shell set
+        for knob in ("ACTOR_DTYPE", "ROLLOUT_DTYPE"):
+            patch.delenv(knob, raising=False)
+        run = run_command(args, {}, timeout_s=RUN_TIMEOUT_S[native_bf16()])
     assert run.returncode == 0, run.tail(120)
     return root, run
 
@@ -145,11 +149,13 @@ def test_quickstart_json_is_computed_from_the_samples(quickstart):
 def test_the_run_computes_in_what_the_precision_rule_picks_and_says_why(quickstart):
     root, run = quickstart
     precision = json.loads((root / "report" / "quickstart.json").read_text())["precision"]
-    expected = "bfloat16" if native_bf16() else "float32"
+    native = precision["cpu"]["native_bf16"]
+    assert native == native_bf16(), f"the run's probe and this test's disagree: {precision['cpu']} vs {cpu_precision.probe().record()}"
+    expected = "bfloat16" if native else "float32"
     for part in ("actor", "evaluation"):
         assert precision[part]["requested"] == "auto" and precision[part]["dtype"] == expected, precision
-        assert precision[part]["reason"].startswith("auto: " + ("native bf16" if native_bf16() else "no native bf16"))
-    assert precision["cpu"]["native_bf16"] == native_bf16()
+        assert precision[part]["reason"].startswith("auto: " + ("native bf16" if native else "no native bf16"))
+    assert precision["rollout"] == {"requested": "float32", "dtype": "float32", "reason": "as set"}
     assert f"precision: ACTOR_DTYPE=auto -> {expected}" in run.output
     # the seam: the chosen dtype is the one verl's actor was configured with (its printed config)
     verl_name = cpu_precision.VERL_NAMES[expected]

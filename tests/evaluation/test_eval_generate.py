@@ -441,8 +441,18 @@ def test_the_shared_prompt_prefill_samples_what_a_prefill_per_row_samples(tiny_b
     if temperature == 0.0:
         kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None, min_p=None)
     n = 1 if temperature == 0.0 else 4
+    rows_through_the_model = []
+    hook = tiny_backend.model.get_input_embeddings().register_forward_hook(
+        lambda module, inputs, output: rows_through_the_model.append(tuple(inputs[0].shape))
+    )
     torch.manual_seed(11)
-    shared = tiny_backend._generate(input_ids, mask, n, kwargs, len(prompt))
+    try:
+        shared = tiny_backend._generate(input_ids, mask, n, kwargs, len(prompt))
+    finally:
+        hook.remove()
+    # the prompt went through the model once (one row, all but its last token), then one token per row per step
+    assert rows_through_the_model[0] == (1, len(prompt) - 1)
+    assert all(shape == (n, 1) for shape in rows_through_the_model[1:]), rows_through_the_model
     torch.manual_seed(11)
     with torch.no_grad():
         per_row = tiny_backend.model.generate(input_ids=input_ids, attention_mask=mask, num_return_sequences=n, **kwargs)
@@ -450,6 +460,22 @@ def test_the_shared_prompt_prefill_samples_what_a_prefill_per_row_samples(tiny_b
     assert all(len(row) == SAMPLING.max_new_tokens for row in shared)
     if n > 1:
         assert len({tuple(row) for row in shared}) > 1  # the rows are sampled independently
+
+
+def test_a_cache_the_checkpoint_configures_is_left_to_generate(tiny_backend, monkeypatch):
+    """A checkpoint whose generation config names its own cache type (e.g. a hybrid or sliding
+    cache) gets transformers' own path: no shared prefill, the same samples as before."""
+    import torch
+
+    prompt = render_prompt_ids(tiny_backend.tokenizer, [{"role": "user", "content": "hi"}], SAMPLING.chat_template_kwargs)
+    input_ids = torch.tensor([prompt])
+    monkeypatch.setattr(tiny_backend.model.generation_config, "cache_implementation", "static", raising=False)
+    assert tiny_backend._shared_prefill_cache(input_ids, torch.ones_like(input_ids), 3) is None
+    monkeypatch.setattr(tiny_backend.model.generation_config, "cache_implementation", None, raising=False)
+    monkeypatch.setattr(tiny_backend.model, "_supports_default_dynamic_cache", lambda: False, raising=False)
+    assert tiny_backend._shared_prefill_cache(input_ids, torch.ones_like(input_ids), 3) is None
+    monkeypatch.undo()
+    assert tiny_backend._shared_prefill_cache(input_ids, torch.ones_like(input_ids), 3) is not None
 
 
 def test_greedy_decoding_gives_k_equal_samples(tiny_model_dir):

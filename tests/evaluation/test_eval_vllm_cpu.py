@@ -82,6 +82,36 @@ def test_on_cpu_the_backend_runs_eager_with_a_bounded_kv_cache_and_the_checkpoin
     assert (engine["enforce_eager"], engine["kv_cache_memory_bytes"], engine["dtype"]) == (False, int(2.5 * (1 << 30)), "bfloat16")
 
 
+@pytest.fixture(scope="module")
+def bf16_checkpoint(recipe_model, tmp_path_factory):
+    """The recipe's tiny model saved as a bfloat16 checkpoint (as GPU runs merge theirs)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model, _ = recipe_model
+    target = tmp_path_factory.mktemp("bf16_checkpoint")
+    AutoModelForCausalLM.from_pretrained(model, dtype=torch.bfloat16).save_pretrained(target)
+    AutoTokenizer.from_pretrained(model).save_pretrained(target)
+    return target
+
+
+@pytest.mark.parametrize(("native", "expected"), [(False, "float32"), (True, "bfloat16")])
+def test_on_cpu_a_bf16_checkpoint_is_computed_in_what_the_cpu_does_natively(bf16_checkpoint, monkeypatch, native, expected):
+    """The CPU precision rule in both evaluation backends: ``auto`` is the checkpoint's bfloat16
+    only where this CPU computes bf16 natively, else float32 (the CPU faked as either kind)."""
+    from dfpo.evaluation.backends.transformers_backend import TransformersBackend
+    from dfpo.local import cpu_precision
+
+    measured = cpu_precision.CpuPrecision("X", native, False, fp32_ms=10.0, bf16_ms=4.0 if native else 400.0, torch_threads=1)
+    monkeypatch.setattr(cpu_precision, "probe", lambda: measured)
+    engine = _fake_vllm(monkeypatch, "cpu")
+    build_backend("vllm", str(bf16_checkpoint), preset("qwen3-thinking"))
+    assert engine["dtype"] == expected
+    transformers_backend = TransformersBackend(str(bf16_checkpoint), preset("qwen3-thinking"), device="cpu")
+    assert transformers_backend.describe()["dtype"] == expected
+    assert next(transformers_backend.model.parameters()).dtype == getattr(__import__("torch"), expected)
+
+
 def test_on_cpu_vllms_own_kv_cache_variable_is_the_default_and_a_conflict_is_refused(recipe_model, monkeypatch):
     model, _ = recipe_model
     engine = _fake_vllm(monkeypatch, "cpu")

@@ -10,6 +10,7 @@ uninterrupted one).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -93,20 +94,35 @@ class TransformersBackend:
         text = self.tokenizer.decode(body, skip_special_tokens=True)
         return Completion(text=text, num_tokens=num_tokens, truncated=truncated, seed=seed)
 
-    def _generate(self, input_ids: Any, attention_mask: Any, n: int, kwargs: dict[str, Any], prompt_len: int) -> list[list[int]]:
-        """n continuations of one prompt. The prompt's keys and values are computed once and shared
-        by the n rows (``num_return_sequences`` alone would run the prompt through the model n
-        times: on a CPU, with prompts of ~100 tokens and answers of ~10, most of the evaluation's
-        time); generate then runs only the prompt's last token and the new ones per row."""
-        import torch
+    def _shared_prefill_cache(self, input_ids: Any, attention_mask: Any, n: int) -> Any:
+        """The prompt's keys and values but its last token's, computed once and repeated for n rows;
+        None where the model's cache cannot be shared that way (a cache type set by the checkpoint's
+        generation config, or layers that cannot be repeated, e.g. linear-attention state)."""
         from transformers import DynamicCache
 
+        if input_ids.shape[1] < 2 or getattr(self.model.generation_config, "cache_implementation", None) is not None:
+            return None
+        supports = getattr(self.model, "_supports_default_dynamic_cache", None)
+        if supports is not None and not supports():
+            return None
+        cache = DynamicCache(config=self.model.config)
+        if not all(hasattr(layer, "batch_repeat_interleave") for layer in getattr(cache, "layers", [])):
+            return None
+        extra = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(self.model.forward).parameters else {}
+        self.model(input_ids=input_ids[:, :-1], attention_mask=attention_mask[:, :-1], past_key_values=cache, use_cache=True, **extra)
+        cache.batch_repeat_interleave(n)
+        return cache
+
+    def _generate(self, input_ids: Any, attention_mask: Any, n: int, kwargs: dict[str, Any], prompt_len: int) -> list[list[int]]:
+        """n continuations of one prompt. The prompt's keys and values are computed once and shared
+        by the n rows where the model's cache allows it (:meth:`_shared_prefill_cache`);
+        ``num_return_sequences`` alone would run the prompt through the model n times: on a CPU,
+        with prompts of ~100 tokens and answers of ~10, most of the evaluation's time. generate
+        then runs only the prompt's last token and the new ones per row."""
+        import torch
+
         with torch.no_grad():
-            cache = None
-            if prompt_len > 1:
-                cache = DynamicCache(config=self.model.config)
-                self.model(input_ids=input_ids[:, :-1], attention_mask=attention_mask[:, :-1], past_key_values=cache, use_cache=True)
-                cache.batch_repeat_interleave(n)
+            cache = self._shared_prefill_cache(input_ids, attention_mask, n)
             out = self.model.generate(
                 input_ids=input_ids, attention_mask=attention_mask, num_return_sequences=n, past_key_values=cache, **kwargs
             )
