@@ -23,7 +23,7 @@ Precision: the run computes in what the CPU precision rule picks for this proces
 is native, else fp32), and the test checks that the report says so and that the dtype reached
 verl's actor config. Where bf16 is native the command runs as the README gives it (about 16 minutes
 on 2 cores). Where it is not, every step computes in fp32 and takes 3-10x as long (docs/cpu.md:
-about 85 minutes on a slow AVX2-only 2-core machine), which no CI budget holds: there the command
+45-100 minutes on AVX2-only 2-core machines), which no CI budget holds: there the command
 runs for DFPO alone (``--methods dfpo_min_replace``: every stage, the same learning bar) and the
 GSPO baseline's test is skipped, saying why. Which of the two runs is decided by the same rule the
 product uses (:func:`dfpo.local.cpu_precision.probe`), never assumed.
@@ -54,7 +54,8 @@ STEPS = DEFAULT_STEPS
 # times the start's CI half-width (about 4.5 points) and well below the weakest seed's gain.
 MIN_GAIN = 0.15
 # both methods, bf16 compute: measured about 16 min on a quiet 2-core machine (set-up done);
-# DFPO alone in fp32: about 47 min on a slow AVX2-only 2-core machine (docs/cpu.md, "bf16 only where
+# DFPO alone in fp32: about 58 min on the slowest AVX2-only 2-core machine measured (its two-method
+# run: prepare 1 min, DFPO 51 min, two evaluations 6 min; docs/cpu.md, "bf16 only where
 # the CPU computes it natively")
 RUN_TIMEOUT_S = {True: 2700, False: 5400}
 N_HELD_OUT = 41
