@@ -2,8 +2,8 @@
 
 torch computes a bfloat16 matmul on an x86-64 CPU with native kernels only where the processor
 has AVX512-BF16 or AMX. On AVX512 without BF16 oneDNN emulates bf16 (converting to fp32: no faster
-than fp32); on AVX2 torch falls back to a reference loop (``at::native::cpublas::cpublas_gemm_impl``). Measured on a 2-core AMD EPYC (AVX2, torch 2.11.0):
-a 1024^3 matmul took 33 ms in float32 and 2,852 ms in bfloat16 (86x), and a quickstart whose actor
+than fp32); on AVX2 torch falls back to a reference loop (``at::native::cpublas::cpublas_gemm_impl``).
+Measured on a 2-core AMD EPYC (AVX2, torch 2.11.0): a 1024^3 matmul took 33 ms in float32 and 2,852 ms in bfloat16 (86x), and a quickstart whose actor
 computed in bf16 did not finish one update in 10 minutes; on a processor with AVX512-BF16 the same
 update ran about twice as fast in bf16 as in fp32. So the CPU recipes, the quickstart and the CPU
 evaluation ask for ``auto`` and get:
@@ -155,6 +155,19 @@ class Choice:
     def record(self) -> dict:
         return {"requested": self.requested, "dtype": self.dtype, "reason": self.reason, **({"warning": self.warning} if self.warning else {})}
 
+    def line(self) -> str:
+        """How a launch says it: ``KNOB=requested -> dtype (reason)``."""
+        return f"{self.knob}={self.requested} -> {self.dtype} ({self.reason})"
+
+
+def record(choices: dict[str, Choice]) -> dict:
+    """A run report's record of its dtypes: each choice by name, and this CPU's measurement under
+    ``cpu`` when a choice took one."""
+    payload = {name: choice.record() for name, choice in choices.items()}
+    if probe.cache_info().currsize:
+        payload["cpu"] = probe().record()
+    return payload
+
 
 def normalise(knob: str, value: str) -> str:
     """``auto``, ``float32`` or ``bfloat16`` from any accepted spelling; else a clear error."""
@@ -203,7 +216,7 @@ def for_checkpoint(knob: str, requested: str, declared: str | None, measured: Cp
 
 def announce(choice: Choice, prefix: str = "dfpo precision") -> None:
     """Say the choice on stderr (once per launch: callers announce each knob once)."""
-    print(f"{prefix}: {choice.knob}={choice.requested} -> {choice.dtype} ({choice.reason})", file=sys.stderr, flush=True)
+    print(f"{prefix}: {choice.line()}", file=sys.stderr, flush=True)
     if choice.warning:
         print(f"{prefix} warning: {choice.warning}", file=sys.stderr, flush=True)
 
@@ -221,10 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dfpo recipe error: {error}", file=sys.stderr)
         return 2
     if args.json:
-        payload = {"actor": actor.record(), "rollout": rollout.record()}
-        if probe.cache_info().currsize:  # a choice measured the CPU
-            payload["cpu"] = probe().record()
-        print(json.dumps(payload, indent=2))
+        print(json.dumps(record({"actor": actor, "rollout": rollout}), indent=2))
         return 0
     announce(actor)
     announce(rollout)

@@ -143,10 +143,7 @@ class Precision:
 
     def record(self) -> dict:
         """quickstart.json's ``precision``: each choice with its reason, and the CPU's measurement."""
-        payload = {"actor": self.actor.record(), "rollout": self.rollout.record(), "evaluation": self.evaluation.record()}
-        if cpu_precision.probe.cache_info().currsize:
-            payload["cpu"] = cpu_precision.probe().record()
-        return payload
+        return cpu_precision.record({"actor": self.actor, "rollout": self.rollout, "evaluation": self.evaluation})
 
 
 def experiment_name(method: Method, steps: int, seed: int, overrides: tuple[str, ...] = (), settings: dict[str, str] | None = None) -> str:
@@ -321,7 +318,7 @@ def run(
     clock = Stopwatch()
     logs = root / EXPERIMENT_LOGS
     for choice in (precision.actor, precision.rollout, precision.evaluation):
-        say(f"precision: {choice.knob}={choice.requested} -> {choice.dtype} ({choice.reason})")
+        say(f"precision: {choice.line()}")
         if choice.warning:
             say(f"WARNING: {choice.warning}")
     say(f"stage 1/5: {MODEL_NAME} and the held-out sums task under {root}")
