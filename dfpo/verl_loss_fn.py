@@ -7,7 +7,10 @@ unchanged, and around that call:
 * for ``loss_mode=dfpo`` it publishes the micro-batch's group ids, prefix lengths and the exact
   group weights of the pre-pass (:mod:`dfpo.micro_batch_groups`) to the registered 7-argument loss;
 * for ``gspo``, ``vanilla`` and ``cispo`` it records the learning-tax diagnostics
-  (:mod:`dfpo.learning_tax`) from the same forward pass, at no extra model cost.
+  (:mod:`dfpo.learning_tax`) from the same forward pass, at no extra model cost;
+* for every loss mode it records the gradient the returned loss gives the log-probs of each
+  group's shared tokens (:mod:`dfpo.shared_token_gradient`: one autograd pass over the loss's own
+  graph, not the model's).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from verl.workers.utils.padding import no_padding_2_padding
 from dfpo.group_statistics import GroupWeights, row_statistics_from_sums, sequence_advantages, token_sums
 from dfpo.learning_tax import SIGN_DEPENDENT_CLIP_LOSSES, SIGN_FREE_CLIP_LOSSES, LearningTaxRecorder
 from dfpo.micro_batch_groups import MicroBatchGroups, micro_batch_groups
+from dfpo.shared_token_gradient import SharedTokenGradientRecorder
 
 GROUP_ID_FIELD = "dfpo_group_id"
 PREFIX_LEN_FIELD = "dfpo_prefix_len"
@@ -32,10 +36,17 @@ GRAD_COEF_FIELD = "dfpo_grad_coef"
 class DFPOLossFunction:
     """``loss_fn(model_output, data, dp_group)`` as verl's engine calls it, per micro-batch."""
 
-    def __init__(self, inner: Callable[..., Any], actor_config: Any, recorder: LearningTaxRecorder):
+    def __init__(
+        self,
+        inner: Callable[..., Any],
+        actor_config: Any,
+        recorder: LearningTaxRecorder,
+        gradients: SharedTokenGradientRecorder | None = None,
+    ):
         self.inner = inner
         self.config = actor_config
         self.recorder = recorder
+        self.gradients = gradients if gradients is not None else SharedTokenGradientRecorder()
 
     @property
     def loss_mode(self) -> str:
@@ -57,9 +68,14 @@ class DFPOLossFunction:
                     data[WEIGHT_FIELD].to(torch.float64), data[TRANSFORMED_WEIGHT_FIELD].to(torch.float64), coef
                 )
             with micro_batch_groups(MicroBatchGroups(group_index=group_id, group_weights=weights, prefix_len=prefix_len)):
-                return self.inner(model_output=model_output, data=data, dp_group=dp_group)
-        self._record_learning_tax(model_output, data, group_id, prefix_len)
-        return self.inner(model_output=model_output, data=data, dp_group=dp_group)
+                output = self.inner(model_output=model_output, data=data, dp_group=dp_group)
+        else:
+            self._record_learning_tax(model_output, data, group_id, prefix_len)
+            output = self.inner(model_output=model_output, data=data, dp_group=dp_group)
+        if not getattr(self.config, "use_kl_loss", False):  # the KL term's gradient on shared tokens does not cancel, by design
+            loss = output[0] if isinstance(output, tuple) else output
+            self.gradients.record(loss, model_output["log_probs"], lambda t: no_padding_2_padding(t, data), group_id, prefix_len)
+        return output
 
     def _record_learning_tax(self, model_output, data, group_id, prefix_len) -> None:
         mode = self.loss_mode

@@ -16,7 +16,7 @@ def _log(tmp_path, gaps: list[float | None]):
     path = tmp_path / "run.jsonl"
     lines = []
     for step, gap in enumerate(gaps, start=1):
-        data = {"critic/score/mean": 0.5, "actor/grad_norm": 0.3, "actor/dfpo/cancellation_residual_after": 1e-9}
+        data = {"critic/score/mean": 0.5, "actor/grad_norm": 0.3, "actor/dfpo/shared_token_grad_residual": 3e-8, "actor/dfpo/shared_token_grad_eps": 1.1920928955078125e-07}
         if gap is not None:
             data["training/rollout_probs_diff_max"] = gap
         lines.append(json.dumps({"step": step, "data": data}))
@@ -79,7 +79,7 @@ def _gradient_log(tmp_path, steps: list[tuple[float, float, float]]):
     lines = [
         json.dumps({"step": step, "data": {
             "critic/score/mean": 0.1, "actor/grad_norm": grad, "critic/advantages/max": hi, "critic/advantages/min": lo,
-            "actor/dfpo/cancellation_residual_after": 1e-9, "training/rollout_probs_diff_max": 1e-5,
+            "actor/dfpo/shared_token_grad_residual": 3e-8, "actor/dfpo/shared_token_grad_eps": 1.1920928955078125e-07, "training/rollout_probs_diff_max": 1e-5,
         }})
         for step, (grad, hi, lo) in enumerate(steps, start=1)
     ]
@@ -116,3 +116,43 @@ def test_without_advantage_metrics_every_step_needs_a_gradient(tmp_path):
     path = tmp_path / "no_adv.jsonl"
     path.write_text("\n".join(json.dumps({"step": s, "data": {"critic/score/mean": 0.0, "actor/grad_norm": 0.0}}) for s in (1, 2)) + "\n")
     assert _gradient_check(path, 2)[0] is False
+
+
+def _residual_check(tmp_path, residuals: list[float | None], eps: float = 1.1920928955078125e-07) -> tuple[bool, str]:
+    path = tmp_path / "residual.jsonl"
+    lines = []
+    for step, residual in enumerate(residuals, start=1):
+        data = {"critic/score/mean": 0.5, "actor/grad_norm": 0.3, "training/rollout_probs_diff_max": 1e-5}
+        if residual is not None:
+            data |= {"actor/dfpo/shared_token_grad_residual": residual, "actor/dfpo/shared_token_grad_eps": eps}
+        lines.append(json.dumps({"step": step, "data": data}))
+    path.write_text("\n".join(lines) + "\n")
+    (result,) = [(ok, text) for ok, text in check_run(read_file_log(path), len(residuals), True, None, "fp32") if text.startswith("DFPO gives")]
+    return result
+
+
+@pytest.mark.parametrize(
+    ("residuals", "eps", "passes"),
+    [
+        ([3e-8, 1e-7], 1.1920928955078125e-07, True),  # float32 rounding
+        ([3e-8, 1.2e-2], 1.1920928955078125e-07, False),  # the no-stop-grad ablation's size (tests/dfpo/test_shared_token_gradient.py)
+        ([3e-8, 0.3], 0.0078125, False),  # GSPO's size, even with bf16 log-probs
+        ([4e-3, 1e-2], 0.0078125, True),  # bf16 rounding
+        ([None, None], 1.1920928955078125e-07, False),  # nothing measured and no weights residual logged: not a pass
+    ],
+)
+def test_the_shared_token_gradient_check_is_rounding_by_the_log_probs_dtype(tmp_path, residuals, eps, passes):
+    ok, text = _residual_check(tmp_path, residuals, eps)
+    assert ok is passes, text
+
+
+def test_without_a_measured_step_the_weights_residual_is_judged_and_named(tmp_path):
+    path = tmp_path / "weights.jsonl"
+    steps = [{"critic/score/mean": 0.5, "actor/grad_norm": 0.3, "actor/dfpo/shared_token_grad_groups": 0.0, "actor/dfpo/cancellation_residual_after": after}
+             for after in (2e-17, 3e-3)]
+    path.write_text("\n".join(json.dumps({"step": i + 1, "data": d}) for i, d in enumerate(steps[:1])) + "\n")
+    ((ok, text),) = [r for r in check_run(read_file_log(path), 1, True, None, "fp32") if r[1].startswith("DFPO gives")]
+    assert ok and "gradient was not measured" in text
+    path.write_text("\n".join(json.dumps({"step": i + 1, "data": d}) for i, d in enumerate(steps)) + "\n")
+    ((ok, text),) = [r for r in check_run(read_file_log(path), 2, True, None, "fp32") if r[1].startswith("DFPO gives")]
+    assert not ok

@@ -49,6 +49,7 @@ import pytest
 
 from dfpo.local import cpu_precision
 from dfpo.local.quickstart import DEFAULT_STEPS
+from dfpo.run_checks import shared_gradient_tolerance
 from tests.e2e.recipe_runs import REPO_ROOT, file_log_steps, run_command
 
 pytestmark = pytest.mark.slow
@@ -193,6 +194,19 @@ def test_the_run_computes_in_what_the_precision_rule_picks_and_says_why(quicksta
         assert f"'mixed_precision': {{'param_dtype': '{verl_name}'" in train_log, method
 
 
+def test_dfpo_gives_the_shared_tokens_of_the_real_model_no_net_gradient(quickstart):
+    """Measured on the gradient verl backpropagated (dfpo/shared_token_gradient.py): one mini-batch
+    per step holds every group whole, and the real model's groups share tokens (``\\boxed{`` opens
+    most responses), so every step with a shared prefix is measured."""
+    root, _ = quickstart
+    steps = _train_log(root, "dfpo_min_replace")
+    measured = {s: m for s, m in steps.items() if m.get("actor/dfpo/shared_token_grad_groups", 0) > 0}
+    assert measured, f"no step measured the shared-token gradient: {[m.get('actor/dfpo/shared_token_grad_groups') for m in steps.values()]}"
+    for step, metrics in measured.items():
+        bound = shared_gradient_tolerance(metrics["actor/dfpo/shared_token_grad_eps"])
+        assert metrics["actor/dfpo/shared_token_grad_residual"] < bound, (step, metrics["actor/dfpo/shared_token_grad_residual"], bound)
+
+
 def test_the_gspo_baseline_runs_through_the_same_path_with_dfpos_diagnostics_and_no_transform(quickstart):
     skip_without_the_ten_steps("the GSPO baseline's run")
     root, _ = quickstart
@@ -205,6 +219,9 @@ def test_the_gspo_baseline_runs_through_the_same_path_with_dfpos_diagnostics_and
         assert dfpo[step]["actor/dfpo/cancellation_residual_after"] < 1e-5, step
         assert "actor/dfpo/cancellation_residual_before" in gspo[step], step
         assert "actor/dfpo/cancellation_residual_after" not in gspo[step], step
+    # measured on the gradient GSPO's loss gives the shared tokens: the learning tax, far above rounding
+    gspo_residuals = [m["actor/dfpo/shared_token_grad_residual"] for m in gspo.values() if m.get("actor/dfpo/shared_token_grad_groups", 0) > 0]
+    assert gspo_residuals and max(gspo_residuals) > 1e-3, gspo_residuals
 
 
 def test_dfpo_improves_the_held_out_policy(quickstart):

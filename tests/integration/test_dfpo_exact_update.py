@@ -187,8 +187,31 @@ def _check(workdir, batch, cases, world_size):
         assert metrics["dfpo/prepass_forward"][0] == 0.0 and all(v == 1.0 for v in metrics["dfpo/prepass_forward"][1:])
         if "orth_proj" in label or "min_replace" in label:
             assert max(metrics["dfpo/cancellation_residual_after"]) < 1e-6, (label, metrics["dfpo/cancellation_residual_after"])
+        if ("orth_proj" in label or "min_replace" in label) and " IS " not in label:
+            # (the IS case's weights are drawn per token, unequal at a group's shared positions, where
+            # real ones are equal: same context, same token; so its shared gradient does not cancel)
+            # measured on the gradient of the loss verl backpropagated: rounding under stop-gradient;
+            # the no-stop-grad ablation's W̃(θ) moves the shared tokens although its weights cancel
+            # measured on groups a mini-batch holds whole: shuffled mini-batches and two ranks'
+            # length balancing split them, unshuffled ones on one rank keep them whole
+            residual = _shared_token_grad_residual(metrics, label, required=world_size == 1 and "shuffle" not in label)
+            if "no-stop-grad" in label:
+                assert all(r > 1e-3 for r in residual), (label, residual)
+            else:
+                assert all(r < 1e-5 for r in residual), (label, residual)
         assert min(metrics["dfpo/cancellation_residual_before"]) > 1e-3
     return results
+
+
+def _shared_token_grad_residual(metrics, label, required: bool = True) -> list[float]:
+    """The mini-batches' gradient residuals (a mini-batch holding no whole group with a shared
+    prefix logs none); with ``required``, at least one must have been measured."""
+    groups = metrics["dfpo/shared_token_grad_groups"]
+    residual = metrics.get("dfpo/shared_token_grad_residual", [])
+    assert len(residual) == sum(1 for g in groups if g > 0), (label, groups, residual)
+    assert residual or not required, (label, groups)
+    assert all(eps == torch.finfo(torch.float32).eps for eps in metrics["dfpo/shared_token_grad_eps"]), label
+    return residual
 
 
 def test_world_size_1_matches_whole_group_reference(workdir):
@@ -232,6 +255,9 @@ def test_verl_gspo_update_is_unchanged_by_dfpo_worker(workdir):
     assert max(gspo_metrics["dfpo/cancellation_residual_before"]) > 1e-3  # GSPO pays the learning tax
     assert "dfpo/shared_token_clip_residual" in vanilla_metrics
     assert "dfpo/shared_prefix_token_frac" in gspo_metrics
+    # the gradient GSPO's loss gives the shared tokens does not cancel; the update is verl's, bitwise (above)
+    assert max(_shared_token_grad_residual(gspo_metrics, "gspo")) > 1e-3
+    assert "dfpo/shared_token_grad_groups" not in results[5][2]  # with the KL loss: not measured
 
 
 def test_rollout_is_weights_multiply_the_token_terms(workdir):

@@ -54,7 +54,7 @@ bypass = args.get("algorithm.rollout_correction.bypass_mode") == "true"
 gap = 1e-4 if args.get("trainer.device") == "cpu" else 0.1  # fp32 on CPU, bf16 on GPUs
 with open(unquote(args["ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"]), "w") as log:
     for step in range(1, steps + 1):
-        data = {"critic/score/mean": 0.25, "actor/grad_norm": 0.5, "actor/dfpo/cancellation_residual_after": 1e-9,
+        data = {"critic/score/mean": 0.25, "actor/grad_norm": 0.5, "actor/dfpo/shared_token_grad_residual": 3e-8, "actor/dfpo/shared_token_grad_eps": 1.1920928955078125e-07,
                 "actor/dfpo/old_log_probs_recomputed": 0.0 if bypass else 1.0}
         if not bypass:  # as verl: in bypass mode the actor recomputes nothing, so there is no gap to log
             data["training/rollout_probs_diff_max"] = gap
@@ -173,7 +173,7 @@ def test_gpu_smoke_cpu_mode_runs_every_stage_for_real(tmp_path):
     assert "[  ok] vLLM: 0.24.0+cpu on cpu" in run.output  # the doctor saw vLLM's CPU build
     assert "(vLLMHttpServer pid=" in run.output, "training was not served by verl's vLLMHttpServer"
     assert "PASS  old log-probs recomputed" in run.output and "PASS  old log-probs rollout" in run.output
-    assert run.output.count("PASS  DFPO cancels the shared-token gradient") == 2
+    assert run.output.count("PASS  DFPO gives the shared tokens no net gradient") == 2
     assert (output_root / "merged" / "config.json").is_file()
     manifest = read_manifest(output_root / "eval")
     assert manifest["model"] == str((output_root / "merged").resolve())
@@ -185,10 +185,10 @@ def test_gpu_smoke_cpu_mode_runs_every_stage_for_real(tmp_path):
 
 def test_run_checks_fail_a_run_that_trained_no_steps_or_skipped_the_recompute(tmp_path):
     log = tmp_path / "run.jsonl"
-    data = {"critic/score/mean": 0.5, "actor/grad_norm": 1.0, "actor/dfpo/cancellation_residual_after": 1e-9,
+    data = {"critic/score/mean": 0.5, "actor/grad_norm": 1.0, "actor/dfpo/shared_token_grad_residual": 3e-8, "actor/dfpo/shared_token_grad_eps": 1.1920928955078125e-07,
             "actor/dfpo/old_log_probs_recomputed": 0.0}
     log.write_text(json.dumps({"step": 1, "data": data}) + "\n")
     results = dict((text.split(":")[0], ok) for ok, text in check_run(read_file_log(log), 2, True, "recomputed"))
     assert results["steps 1..2 logged (found [1])"] is False
     assert results["old log-probs recomputed"] is False
-    assert results["reward computed"] is True and results["DFPO cancels the shared-token gradient"] is True
+    assert results["reward computed"] is True and results["DFPO gives the shared tokens no net gradient"] is True

@@ -1,0 +1,103 @@
+"""The shared-token residual measured from the loss's autograd gradient (dfpo/shared_token_gradient.py).
+
+It must be rounding for DFPO's transforms under stop-gradient and well above it for GSPO's weights
+and for the no-stop-grad ablation — whose weight-based residual (``cancellation_residual_after``)
+is rounding too, which is why the gradient-based one exists."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dfpo.loss import compute_dfpo_loss
+from dfpo.shared_token_gradient import SharedTokenGradientRecorder, shared_token_gradient_residual
+
+GROUP_SIZE = 4
+PREFIX = 3  # the first three response tokens are the same in every member of a group
+LENGTHS = [[6, 4, 5, 3], [7, 5, 3, 6]]
+REWARDS = [[1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 0.0, 0.0]]
+
+
+def _batch(seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    rows = GROUP_SIZE * len(LENGTHS)
+    width = max(max(group) for group in LENGTHS)
+    mask = torch.zeros(rows, width, dtype=torch.bool)
+    advantages = torch.zeros(rows, width, dtype=torch.float64)
+    group_index = torch.arange(len(LENGTHS)).repeat_interleave(GROUP_SIZE)
+    old = -torch.rand(rows, width, generator=gen, dtype=torch.float64) - 0.5
+    new = old + 0.2 * torch.randn(rows, width, generator=gen, dtype=torch.float64)
+    for g, (lengths, rewards) in enumerate(zip(LENGTHS, REWARDS, strict=True)):
+        r = torch.tensor(rewards, dtype=torch.float64)
+        adv = (r - r.mean()) / (r.std() + 1e-6)
+        for j, length in enumerate(lengths):
+            i = g * GROUP_SIZE + j
+            mask[i, :length] = True
+            advantages[i, :length] = adv[j]
+        # a shared position is the same token in the same context: one log-prob for the whole group
+        rows_g = slice(g * GROUP_SIZE, (g + 1) * GROUP_SIZE)
+        old[rows_g, :PREFIX] = old[g * GROUP_SIZE, :PREFIX]
+        new[rows_g, :PREFIX] = new[g * GROUP_SIZE, :PREFIX]
+    prefix_len = torch.full((rows,), PREFIX)
+    return old, new.requires_grad_(True), advantages, mask, group_index, prefix_len
+
+
+def _residual(transform: str, stop_grad: bool = True, split: bool = False) -> tuple[float, int, dict]:
+    old, new, advantages, mask, group_index, prefix_len = _batch()
+    loss, metrics = compute_dfpo_loss(old, new, advantages, mask, group_index, transform=transform, stop_grad=stop_grad)
+    recorder = SharedTokenGradientRecorder()
+    identity = lambda t: t  # noqa: E731  (the log-probs are already (B, T) response positions)
+    if split:  # the same rows in two micro-batches, each with its own slice of the gradient
+        (grad,) = torch.autograd.grad(loss, new)
+        for part in (slice(0, 3), slice(3, None)):
+            leaf = new.detach()[part].requires_grad_(True)
+            recorder.record((leaf * grad[part]).sum(), leaf, identity, group_index[part], prefix_len[part])
+    else:
+        recorder.record(loss, new, identity, group_index, prefix_len)
+    out = recorder.reduce(None, GROUP_SIZE)
+    return out.get("dfpo/shared_token_grad_residual", float("nan")), int(out["dfpo/shared_token_grad_groups"]), metrics
+
+
+@pytest.mark.parametrize("transform", ["min_replace", "orth_proj"])
+def test_dfpos_loss_gives_the_shared_tokens_no_net_gradient(transform):
+    residual, groups, _ = _residual(transform)
+    assert groups == 2
+    assert residual < 1e-12
+
+
+def test_gspos_weights_leave_a_residual():
+    residual, groups, _ = _residual("none")
+    assert groups == 2 and residual > 1e-3  # rounding is 1e-16 here
+
+
+@pytest.mark.parametrize("transform", ["min_replace", "orth_proj"])
+def test_the_no_stop_grad_ablation_is_caught_on_the_gradient_where_the_weight_residual_is_blind(transform):
+    residual, _, metrics = _residual(transform, stop_grad=False)
+    assert metrics["dfpo/cancellation_residual_after"] < 1e-12  # the weights still cancel exactly
+    assert residual > 1e-3  # the gradient does not (measured: about 1e-2)
+
+
+def test_micro_batch_split_gives_the_same_residual():
+    whole, _, _ = _residual("none")
+    split, groups, _ = _residual("none", split=True)
+    assert groups == 2 and split == pytest.approx(whole, rel=1e-12)
+
+
+def test_only_whole_groups_with_a_shared_gradient_count():
+    gid = torch.tensor([0, 0, 1, 1, 1, 2, 2])
+    prefix = torch.tensor([2, 2, 1, 1, 1, 0, 0])
+    grad = torch.tensor([[1.0, 2.0], [-1.0, -1.0], [1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [3.0, 3.0], [1.0, 1.0]])
+    # group 0: |0| + |1| over 1 + 2 + 1 + 1 = 1/5; group 1 has 3 rows (not 2); group 2 shares nothing
+    residual, groups = shared_token_gradient_residual(gid, prefix, grad, group_size=2)
+    assert (residual, groups) == (pytest.approx(0.2), 1)
+    zero = torch.zeros_like(grad)
+    assert shared_token_gradient_residual(gid, prefix, zero, group_size=2) == (0.0, 0)
+
+
+def test_no_gradient_is_recorded_outside_autograd():
+    recorder = SharedTokenGradientRecorder()
+    old, new, advantages, mask, group_index, prefix_len = _batch()
+    with torch.no_grad():
+        loss, _ = compute_dfpo_loss(old, new, advantages, mask, group_index)
+    recorder.record(loss, new, lambda t: t, group_index, prefix_len)
+    assert recorder.rows == [] and recorder.reduce(None, GROUP_SIZE) == {}
