@@ -29,7 +29,8 @@ def accuracy_bars(results: ReportResults, model: str, path: Path) -> Path:
     methods = [m for m in results.config.methods if any((model, m, s) in results.cells for s, _ in results.benchmarks)]
     n_b, n_m = len(results.benchmarks), len(methods)
     width = 0.8 / max(n_m, 1)
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * n_b * max(n_m, 2) / 2), 3.8))
+    fig_width = max(5.0, 1.6 * n_b * max(n_m, 2) / 2)
+    fig, ax = plt.subplots(figsize=(fig_width, 3.8))
     for j, method in enumerate(methods):
         xs, means, lows, highs = [], [], [], []
         for i, (src, _) in enumerate(results.benchmarks):
@@ -45,7 +46,8 @@ def accuracy_bars(results: ReportResults, model: str, path: Path) -> Path:
     ax.set_xticks(range(n_b), [title for _, title in results.benchmarks])
     ks = sorted({k for c in results.cells.values() if c.model == model for k in c.ks})
     ax.set_ylabel(f"avg@{ks[0] if len(ks) == 1 else 'k'} (%)")
-    ax.set_title(f"{model}: mean over seeds, {100 * results.settings.level:.0f}% bootstrap CI")
+    # about 8 characters of the title's font per inch of figure: longer lines are wrapped
+    ax.set_title(_wrapped(f"{model}: mean over seeds, {100 * results.settings.level:.0f}% bootstrap CI", int(8 * fig_width)))
     ax.legend(fontsize=8, loc="best")
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()

@@ -360,3 +360,27 @@ def test_report_compute_to_threshold_from_training_logs(runs_file, tmp_path):
     assert "| Qwen3-32B | DFPO (Min-Replace) | 3/3 | 3.0 | 0.01 | 1.00x (tokens) |" in table
     rows = json.loads((out / "report.json").read_text())["compute_to_threshold"]["rows"]
     assert rows[0]["per_seed"]["0"] == {"step": 3, "tokens": 6000.0}
+
+
+def test_the_accuracy_figures_title_fits_inside_the_figure(runs_file, tmp_path, monkeypatch):
+    """The quickstart's report/accuracy_<model>.png had its title cut off at the right edge."""
+    import matplotlib.pyplot as plt
+
+    from dfpo.evaluation import plots
+
+    kept, close = [], plt.close
+    monkeypatch.setattr(plt, "close", kept.append)
+    config = load_report_config(runs_file)
+    results = compute_results(config, SETTINGS)
+    for model in ("Qwen3-32B", "SmolLM2-135M-Instruct"):  # the quickstart's model: its title was cut
+        plots.accuracy_bars(results, model, tmp_path / "accuracy.png")
+    try:
+        assert len(kept) == 2
+        for figure in kept:
+            renderer = figure.canvas.get_renderer()
+            (ax,) = figure.axes
+            box = ax.title.get_window_extent(renderer)
+            assert 0 <= box.x0 and box.x1 <= figure.bbox.x1 and box.y1 <= figure.bbox.y1, (ax.get_title(), box, figure.bbox)
+    finally:
+        for figure in kept:
+            close(figure)
