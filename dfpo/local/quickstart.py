@@ -169,12 +169,22 @@ def validation_key(data: dict) -> str | None:
 
 
 class StepProgress:
-    """Prints one line per new training step (and per validation) found in the run's verl file log."""
+    """Prints one line per new training step (and per validation) found in the run's verl file log;
+    each step's line ends with the time its remaining steps should take: the mean of the steps so
+    far (verl's ``timing_s/step``) times the steps left, validations not included."""
 
     def __init__(self, log_dir: Path, experiment: str, total: int, transform: bool) -> None:
         self.log_dir, self.experiment, self.total, self.transform = log_dir, experiment, total, transform
         self.seen: set[int] = set()
         self.validated: set[int] = set()
+        self.step_seconds: list[float] = []
+
+    def remaining(self, step: int) -> str:
+        left = self.total - step
+        if left <= 0 or not self.step_seconds:
+            return ""
+        seconds = left * sum(self.step_seconds) / len(self.step_seconds)
+        return f"; about {seconds / 60:.0f} min for the {left} steps left" if seconds >= 90 else f"; about {seconds:.0f} s for the {left} steps left"
 
     def __call__(self) -> None:
         for path in sorted(self.log_dir.glob(f"{self.experiment}.*.jsonl")):
@@ -192,11 +202,15 @@ class StepProgress:
                     continue
                 self.seen.add(step)
                 residual = data.get("actor/dfpo/cancellation_residual_after")
+                seconds = data.get("timing_s/step")
+                if seconds is not None:
+                    self.step_seconds.append(float(seconds))
                 say(
                     f"  step {step}/{self.total}: train reward {data.get('critic/score/mean', float('nan')):.3f}, "
                     f"learning-tax residual {data.get('actor/dfpo/cancellation_residual_before', float('nan')):.2e}"
                     + (f" -> {residual:.1e} after the transform" if residual is not None and self.transform else "")
-                    + f", {data.get('timing_s/step', float('nan')):.1f} s"
+                    + f", {float('nan') if seconds is None else seconds:.1f} s"
+                    + self.remaining(step)
                 )
 
 

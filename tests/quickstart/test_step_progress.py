@@ -1,0 +1,47 @@
+"""The quickstart's progress lines (dfpo/local/quickstart.py's StepProgress), read from a verl file log."""
+
+from __future__ import annotations
+
+import json
+
+from dfpo.local import quickstart
+from dfpo.local.quickstart import StepProgress
+
+
+def _write(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_one_line_per_step_and_validation_with_the_time_left(tmp_path, monkeypatch):
+    said: list[str] = []
+    monkeypatch.setattr(quickstart, "say", said.append)
+    log = tmp_path / "run.20261205T000000Z.jsonl"
+    key = "val-core/digit_sums_test/acc/mean@1"
+    records = [{"step": 0, "data": {key: 0.22}}]
+    progress = StepProgress(tmp_path, "run", total=4, transform=True)
+    _write(log, records)
+    progress()
+    assert said == ["  validation after step 0: held-out accuracy 0.220 (greedy)"]
+    for step, seconds in ((1, 200.0), (2, 100.0)):
+        records.append({"step": step, "data": {
+            "actor/grad_norm": 0.1, "critic/score/mean": 0.25, "timing_s/step": seconds,
+            "actor/dfpo/cancellation_residual_before": 0.1, "actor/dfpo/cancellation_residual_after": 3e-8,
+        }})
+    _write(log, records)
+    progress()
+    progress()  # a second poll prints nothing new
+    assert said[1:] == [
+        "  step 1/4: train reward 0.250, learning-tax residual 1.00e-01 -> 3.0e-08 after the transform, 200.0 s; about 10 min for the 3 steps left",
+        "  step 2/4: train reward 0.250, learning-tax residual 1.00e-01 -> 3.0e-08 after the transform, 100.0 s; about 5 min for the 2 steps left",
+    ]
+    records.append({"step": 4, "data": {"actor/grad_norm": 0.1, "critic/score/mean": 0.5, "timing_s/step": 30.0}})
+    _write(log, records)
+    progress()
+    assert said[-1] == "  step 4/4: train reward 0.500, learning-tax residual nan, 30.0 s"  # nothing left to estimate
+
+
+def test_short_remaining_times_are_in_seconds(tmp_path):
+    progress = StepProgress(tmp_path, "run", total=3, transform=False)
+    progress.step_seconds = [20.0]
+    assert progress.remaining(1) == "; about 40 s for the 2 steps left"
+    assert progress.remaining(3) == ""
