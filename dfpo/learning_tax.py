@@ -71,9 +71,17 @@ class LearningTaxRecorder:
 
     def reduce(self, dp_group) -> dict[str, float]:
         """Metrics over the mini-batch on every rank (collective: every rank must call it)."""
+        return self.metrics(all_gather_objects(self.take(), dp_group))
+
+    def take(self) -> tuple:
+        """This rank's records of the mini-batch (picklable), cleared for the next one."""
         local = (self.sequence_rows, self.sequence_clip, self.token_rows)
-        parts = all_gather_objects(local, dp_group)
         self.sequence_rows, self.sequence_clip, self.token_rows = [], [], []
+        return local
+
+    @staticmethod
+    def metrics(parts: list[tuple]) -> dict[str, float]:
+        """The mini-batch's metrics from every rank's :meth:`take`, in rank order."""
         metrics: dict[str, float] = {}
         seq_rows = [r for p in parts for r in p[0]]
         if seq_rows:

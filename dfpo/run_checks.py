@@ -42,8 +42,8 @@ def shared_gradient_tolerance(eps: float) -> float:
     """The largest shared-token residual that is rounding, for log-probs of machine epsilon ``eps``.
 
     float32 (eps 1.2e-7): measured at 2-3e-8 through verl's trainer on CPU (the tiny recipe, 2 ranks);
-    GSPO's weights and the no-stop-grad ablation leave 1e-2 and more (tests/dfpo/
-    test_shared_token_gradient.py), so 1e-4 separates them. bfloat16 (eps 7.8e-3): one gradient
+    GSPO's weights and the no-stop-grad ablation leave more than 1e-3 (the ablation about 1e-2;
+    tests/dfpo/test_shared_token_gradient.py), so 1e-4 separates them. bfloat16 (eps 7.8e-3): one gradient
     carries 8 significant bits and a group sum of them rounds at a few 1e-3, so 5e-2 is the bound:
     it still fails GSPO-size residuals (tenths), not the ablation's 1e-2."""
     return 1e-4 if eps <= 1.2e-7 else 5e-2

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from verl.workers.utils.padding import no_padding_2_padding
 
+from dfpo.distributed import all_gather_objects
 from dfpo.group_statistics import GroupWeights, row_statistics_from_sums, sequence_advantages, token_sums
 from dfpo.learning_tax import SIGN_DEPENDENT_CLIP_LOSSES, SIGN_FREE_CLIP_LOSSES, LearningTaxRecorder
 from dfpo.micro_batch_groups import MicroBatchGroups, micro_batch_groups
@@ -76,6 +77,15 @@ class DFPOLossFunction:
             loss = output[0] if isinstance(output, tuple) else output
             self.gradients.record(loss, model_output["log_probs"], lambda t: no_padding_2_padding(t, data), group_id, prefix_len)
         return output
+
+    def reduce(self, dp_group, group_size: int) -> dict[str, float]:
+        """Both recorders' metrics of the mini-batch, from one gather over the data-parallel ranks
+        (collective: every rank must call it once per mini-batch)."""
+        parts = all_gather_objects((self.recorder.take(), self.gradients.take()), dp_group)
+        return {
+            **self.recorder.metrics([part[0] for part in parts]),
+            **self.gradients.metrics([part[1] for part in parts], group_size),
+        }
 
     def _record_learning_tax(self, model_output, data, group_id, prefix_len) -> None:
         mode = self.loss_mode

@@ -187,8 +187,7 @@ class DFPOTrainingWorker(TrainingWorker):
             metrics.update(result.metrics)
         step.mini_batches_done += 1
         output = super().train_batch(data)
-        metrics.update(self._dfpo_loss.recorder.reduce(dp_group))
-        metrics.update(self._dfpo_loss.gradients.reduce(dp_group, int(self._dfpo_config.rollout_n)))
+        metrics.update(self._dfpo_loss.reduce(dp_group, int(self._dfpo_config.rollout_n)))
         if output is not None:
             tu.get(output, "metrics").update(metrics)
         return output
