@@ -19,7 +19,10 @@ left differentiable, a wrong coefficient in the gradient but not the value) show
 
 Logged per mini-batch as ``dfpo/shared_token_grad_residual`` (``actor/`` prefix in verl's
 metrics), with ``dfpo/shared_token_grad_groups``, the number of whole groups with a shared prefix
-it was measured on, and ``dfpo/shared_token_grad_eps``, the machine epsilon of the log-probs'
+it was measured on, and why the others were not: ``dfpo/shared_token_grad_whole_groups`` (groups
+the mini-batch holds whole), ``dfpo/shared_token_grad_prefix_groups`` (of those, groups whose
+responses share a prefix; the rest of them gave their shared tokens no gradient at all, i.e. all
+advantages 0: every response scored alike), and ``dfpo/shared_token_grad_eps``, the machine epsilon of the log-probs'
 dtype (the gradient comes back in it: float32 from verl's fp32 recipes and from flash-attn's
 cross-entropy on GPUs, 1.2e-7; bfloat16 where the log-probs are computed in it, 7.8e-3), which
 sets the rounding level of the residual. Not recorded when the loss has verl's KL term (``use_kl_loss``), whose gradient
@@ -44,19 +47,23 @@ def shared_token_gradient_residual(
     Only groups with exactly ``group_size`` rows and a non-empty shared prefix count; a group
     whose shared tokens get no gradient at all (Σ|g| = 0, e.g. equal rewards) is left out."""
     residuals = []
-    for g in torch.unique(group_id):
-        rows = group_id == g
-        if int(rows.sum()) != group_size:
-            continue
-        width = int(prefix_len[rows][0])
-        if width == 0:
-            continue
-        shared = grad[rows, :width].to(torch.float64)
+    for rows in _prefix_groups(group_id, prefix_len, group_size):
+        shared = grad[rows, : int(prefix_len[rows][0])].to(torch.float64)
         total = shared.abs().sum()
         if float(total) == 0.0:
             continue
         residuals.append(float(shared.sum(dim=0).abs().sum() / total))
     return (sum(residuals) / len(residuals) if residuals else 0.0), len(residuals)
+
+
+def _whole_groups(group_id: torch.Tensor, group_size: int) -> list[torch.Tensor]:
+    """Row masks of the groups present with exactly ``group_size`` rows."""
+    return [rows for rows in (group_id == g for g in torch.unique(group_id)) if int(rows.sum()) == group_size]
+
+
+def _prefix_groups(group_id: torch.Tensor, prefix_len: torch.Tensor, group_size: int) -> list[torch.Tensor]:
+    """Row masks of the whole groups whose responses share a non-empty prefix."""
+    return [rows for rows in _whole_groups(group_id, group_size) if int(prefix_len[rows][0]) > 0]
 
 
 @dataclass
@@ -99,7 +106,12 @@ class SharedTokenGradientRecorder:
         eps = {"dfpo/shared_token_grad_eps": max(part[1] for part in parts)}
         width = max(r[2].shape[1] for r in rows)
         grad = torch.cat([torch.nn.functional.pad(r[2], (0, width - r[2].shape[1])) for r in rows])
-        residual, groups = shared_token_gradient_residual(torch.cat([r[0] for r in rows]), torch.cat([r[1] for r in rows]), grad, group_size)
-        if groups == 0:
-            return {"dfpo/shared_token_grad_groups": 0.0, **eps}
-        return {"dfpo/shared_token_grad_residual": residual, "dfpo/shared_token_grad_groups": float(groups), **eps}
+        group_id, prefix_len = torch.cat([r[0] for r in rows]), torch.cat([r[1] for r in rows])
+        residual, groups = shared_token_gradient_residual(group_id, prefix_len, grad, group_size)
+        counts = {
+            "dfpo/shared_token_grad_groups": float(groups),
+            "dfpo/shared_token_grad_whole_groups": float(len(_whole_groups(group_id, group_size))),
+            "dfpo/shared_token_grad_prefix_groups": float(len(_prefix_groups(group_id, prefix_len, group_size))),
+            **eps,
+        }
+        return counts if groups == 0 else {"dfpo/shared_token_grad_residual": residual, **counts}

@@ -94,6 +94,31 @@ def test_only_whole_groups_with_a_shared_gradient_count():
     assert shared_token_gradient_residual(gid, prefix, zero, group_size=2) == (0.0, 0)
 
 
+def test_the_metrics_say_why_a_group_was_not_measured():
+    """Whole groups (0, 2, 3), of them with a shared prefix (0, 3), of them with a gradient (0):
+    a mini-batch that measured nothing tells a split group from a group without a shared prefix
+    from a group whose responses all scored alike."""
+    gid = torch.tensor([0, 0, 1, 2, 2, 3, 3])
+    prefix = torch.tensor([2, 2, 1, 0, 0, 1, 1])
+    grad = torch.tensor([[1.0, 2.0], [-1.0, -1.0], [1.0, 0.0], [3.0, 3.0], [1.0, 1.0], [0.0, 5.0], [0.0, 5.0]])
+    recorder = SharedTokenGradientRecorder(rows=[(gid, prefix, grad)], eps=1e-7)
+    out = recorder.reduce(None, 2)
+    assert out == {
+        "dfpo/shared_token_grad_residual": pytest.approx(0.2),
+        "dfpo/shared_token_grad_groups": 1.0,
+        "dfpo/shared_token_grad_whole_groups": 3.0,
+        "dfpo/shared_token_grad_prefix_groups": 2.0,
+        "dfpo/shared_token_grad_eps": 1e-7,
+    }
+    recorder = SharedTokenGradientRecorder(rows=[(gid, prefix, torch.zeros_like(grad))], eps=1e-7)
+    assert recorder.reduce(None, 2) == {
+        "dfpo/shared_token_grad_groups": 0.0,
+        "dfpo/shared_token_grad_whole_groups": 3.0,
+        "dfpo/shared_token_grad_prefix_groups": 2.0,
+        "dfpo/shared_token_grad_eps": 1e-7,
+    }
+
+
 def test_no_gradient_is_recorded_outside_autograd():
     recorder = SharedTokenGradientRecorder()
     old, new, advantages, mask, group_index, prefix_len = _batch()

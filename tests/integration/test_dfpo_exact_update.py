@@ -210,6 +210,9 @@ def _shared_token_grad_residual(metrics, label, required: bool = True) -> list[f
     residual = metrics.get("dfpo/shared_token_grad_residual", [])
     assert len(residual) == sum(1 for g in groups if g > 0), (label, groups, residual)
     assert residual or not required, (label, groups)
+    # what was not measured says why: measured ⊆ with a shared prefix ⊆ whole
+    counts = zip(groups, metrics["dfpo/shared_token_grad_prefix_groups"], metrics["dfpo/shared_token_grad_whole_groups"])
+    assert all(g <= p <= w for g, p, w in counts), (label, metrics)
     assert all(eps == torch.finfo(torch.float32).eps for eps in metrics["dfpo/shared_token_grad_eps"]), label
     return residual
 
