@@ -32,6 +32,11 @@ class DFPOPolicyLossConfig(PolicyLossConfig):
         dfpo_exact_groups: gather every group's statistics over micro-batches and data-parallel ranks
             at the current parameters before each mini-batch (needs ``python -m dfpo.main``); when
             False each micro-batch must hold whole groups, which is checked.
+        dfpo_measure_update_kl: after each step's update, one more forward of the step's rows
+            at the new parameters and ``dfpo/update_kl`` = KL(π_old ‖ π_new) on them (the token
+            mean of log π_old − log π_new): what a rollout one update behind would show as
+            ``rollout_corr/kl``, the scale of ``python -m dfpo.run_checks``' weight-sync check.
+            Costs one log-prob pass per step; ``scripts/gpu_smoke.sh`` turns it on.
     """
 
     dfpo_transform: str = "min_replace"
@@ -39,6 +44,7 @@ class DFPOPolicyLossConfig(PolicyLossConfig):
     dfpo_stop_grad: bool = True
     dfpo_scale: float = 0.5
     dfpo_exact_groups: bool = True
+    dfpo_measure_update_kl: bool = False
 
     def __post_init__(self):
         check_transform(self.dfpo_transform)

@@ -25,6 +25,8 @@ Every step also logs ``dfpo/staleness/...`` (:mod:`dfpo.staleness`).
 
 from __future__ import annotations
 
+import os
+
 import ray
 from verl.trainer.ppo.utils import Role
 from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY, register_trainer
@@ -81,10 +83,22 @@ class _DFPOTrainer:
         return super()._update_actor(batch, metrics)
 
 
+SKIP_WEIGHT_SYNC_FOR_TESTS = "DFPO_TEST_SKIP_WEIGHT_SYNC"
+"""Test-only: set to 1 in the trainer's environment, ``dfpo_sync`` never syncs the updated weights
+into the rollout (it keeps sampling from the first weights), the broken run the weight-sync check
+(:mod:`dfpo.run_checks`) must fail."""
+
+
 class DFPOSyncTrainer(_DFPOTrainer, PPOTrainerSync):
     """verl's ``sync`` trainer with DFPO's actor worker."""
 
     dfpo_mode, verl_mode = "dfpo_sync", "sync"
+
+    def on_step_end(self):
+        if os.environ.get(SKIP_WEIGHT_SYNC_FOR_TESTS) == "1":
+            print(f"dfpo: {SKIP_WEIGHT_SYNC_FOR_TESTS}=1: the updated weights are NOT synced into the rollout (a test's broken run)")
+            return
+        super().on_step_end()
 
 
 class DFPOColocateAsyncTrainer(_DFPOTrainer, PPOTrainerColocateAsync):

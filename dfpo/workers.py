@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.utils import tensordict_utils as tu
+from verl.utils.device import get_device_name
 from verl.experimental.separation.engine_workers import DetachActorWorker
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 from verl.workers.utils.padding import response_from_nested
@@ -123,11 +124,29 @@ class DFPOTrainingWorker(TrainingWorker):
     def train_mini_batch(self, data):
         if self._dfpo_loss is None:
             return super().train_mini_batch(data)
-        self._dfpo_step = self._prepare_step(data)
+        self._dfpo_step = step = self._prepare_step(data)
         try:
-            return super().train_mini_batch(data)
+            output = super().train_mini_batch(data)
         finally:
             self._dfpo_step = None
+        if getattr(self._dfpo_config.policy_loss, "dfpo_measure_update_kl", False):
+            update_kl = self._update_kl(step)  # collective: every rank
+            if output is not None:
+                tu.get(output, "metrics")["dfpo/update_kl"] = [update_kl]
+        return output
+
+    def _update_kl(self, step: _Step) -> float:
+        """KL(π_old ‖ π_new) over the step's response tokens on every data-parallel rank,
+        estimated on the step's samples: Σ mask·(log π_old − log π_new) / Σ mask, with π_new the
+        parameters after the step's update (one no-grad forward of every row)."""
+        rows = torch.arange(len(step.rows.group_id))
+        new = self._log_probs_at_current_params(step, step.data, rows, inside_update=False)
+        mask = step.rows.response_mask
+        totals = torch.stack([((step.rows.old_log_prob - new) * mask).sum(), mask.sum()]).to(torch.float64)
+        dp_group = self.engine.get_data_parallel_group()
+        if torch.distributed.is_initialized() and torch.distributed.get_world_size(dp_group) > 1:
+            torch.distributed.all_reduce(totals, group=dp_group)
+        return float(totals[0] / totals[1].clamp(min=1))
 
     def _prepare_step(self, data) -> _Step:
         dp_group = self.engine.get_data_parallel_group()
@@ -197,7 +216,7 @@ class DFPOTrainingWorker(TrainingWorker):
             return 1
         return int(self.engine_config.infer_micro_batch_size_per_gpu or 1)
 
-    def _log_probs_at_current_params(self, step: _Step, mini_batch, rows: torch.Tensor) -> torch.Tensor:
+    def _log_probs_at_current_params(self, step: _Step, mini_batch, rows: torch.Tensor, inside_update: bool = True) -> torch.Tensor:
         """(n, T) log π_θ of step rows ``rows`` with one no-grad forward (verl's own infer path).
 
         When the rows are exactly the mini-batch's (mini-batches holding whole groups: the common
@@ -210,14 +229,31 @@ class DFPOTrainingWorker(TrainingWorker):
         else:
             sub = tu.index_select_tensor_dict(step.data, rows)
             order = None
-        tu.assign_non_tensor(sub, compute_loss=False, calculate_entropy=False, disable_auto_offload=True)
+        # inside train_mini_batch the engine holds the model loaded; after it, infer_batch loads it (offload)
+        tu.assign_non_tensor(sub, compute_loss=False, calculate_entropy=False, disable_auto_offload=inside_update)
         output = self.infer_batch(sub)
-        if output is None:
-            raise RuntimeError("dfpo pre-pass: this rank got no log-probs back from infer_batch (model-parallel rank?)")
-        log_probs = response_from_nested(output["log_probs"], sub["response_mask"]).to_padded_tensor(0.0)
         width = step.rows.old_log_prob.shape[-1]
-        log_probs = F.pad(log_probs, (0, width - log_probs.shape[-1])).cpu()
+        log_probs = None
+        if output is not None:
+            log_probs = response_from_nested(output["log_probs"], sub["response_mask"]).to_padded_tensor(0.0)
+            log_probs = F.pad(log_probs, (0, width - log_probs.shape[-1])).to(torch.float32)
+        log_probs = self._from_sequence_parallel_source(log_probs, (len(rows), width))
         return log_probs if order is None else log_probs[order]
+
+    def _from_sequence_parallel_source(self, log_probs: torch.Tensor | None, shape: tuple[int, int]) -> torch.Tensor:
+        """The log-probs on every rank. With Ulysses sequence parallelism (``SP_SIZE>1``) verl's
+        ``infer_batch`` returns them on the first rank of each sequence-parallel group only
+        (``is_mp_src_rank_with_outputs``); DFPO's group statistics need them on every rank, so
+        that rank broadcasts them to its group."""
+        group = getattr(self.engine, "ulysses_parallel_group", None)
+        if group is None:
+            if log_probs is None:
+                raise RuntimeError("dfpo pre-pass: this rank got no log-probs back from infer_batch (a model-parallel rank of an engine dfpo does not know)")
+            return log_probs.cpu()
+        device = get_device_name()
+        buffer = log_probs.to(device) if log_probs is not None else torch.empty(shape, dtype=torch.float32, device=device)
+        torch.distributed.broadcast(buffer, src=torch.distributed.get_global_rank(group, 0), group=group)
+        return buffer.cpu()
 
 
 class DFPOActorRolloutRefWorker(ActorRolloutRefWorker):

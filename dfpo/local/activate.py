@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 
+from dfpo.local import gloo_all_to_all, varlen_attention
 from dfpo.local.platform import CPU_PLATFORM_NAME, register_cpu_platform
 
 _ACTIVATED = False
@@ -87,8 +88,9 @@ def copying_sharded_save(save):
 def activate() -> None:
     """Make verl in this process run on CPU: check the internals (and that verl can see vLLM's CPU
     build, :mod:`dfpo.local.vllm_cpu`), register platform, engine,
-    rollout and checkpoint engine, fix the process-group backend at the name verl's workers call
-    and make verl's sharded save to CPU copy."""
+    rollout and checkpoint engine, the packed attention (:mod:`dfpo.local.varlen_attention`) and
+    Ulysses all-to-all (:mod:`dfpo.local.gloo_all_to_all`) of the GPU path, fix the process-group
+    backend at the name verl's workers call and make verl's sharded save to CPU copy."""
     global _ACTIVATED
     if _ACTIVATED:
         return
@@ -101,6 +103,8 @@ def activate() -> None:
     register_cpu_engine()
     register_local_rollout()
     register_local_checkpoint_engine()
+    varlen_attention.install()
+    gloo_all_to_all.install()
     from verl.utils import fsdp_utils
     from verl.workers import engine_workers
 

@@ -29,6 +29,10 @@ internal                                                               what the 
 ``verl.utils.fsdp_utils.fsdp2_sharded_save_to_cpu``                    imported at call time by the separate-async
                                                                        ``DetachActorWorker``; returns
                                                                        ``({name: (tensor, spec)}, spec)``
+``verl.models.transformers.monkey_patch._flash_attention_forward``     the kernel ``_ulysses_flash_attention_forward``
+                                                                       calls by that module-global name
+``verl.utils.ulysses.all_to_all_tensor``                               ``SeqAllToAll`` calls it by that
+                                                                       module-global name, list-form all-to-all
 =====================================================================  ==========================================
 """
 
@@ -103,6 +107,20 @@ def check_verl_internals() -> None:
         and callable(getattr(checkpoint_engine_base, "merge_weight_chunks", None)),
         "verl.checkpoint_engine.base: CheckpointEngineRegistry.register, CheckpointEngine's abstract methods, "
         "split_weight_chunks / merge_weight_chunks",
+    )
+    from verl.models.transformers import monkey_patch
+    from verl.utils import ulysses
+
+    _require(
+        callable(getattr(monkey_patch, "_flash_attention_forward", None))
+        and "attn_output = _flash_attention_forward(" in inspect.getsource(monkey_patch._ulysses_flash_attention_forward),
+        "verl.models.transformers.monkey_patch._ulysses_flash_attention_forward calling the module-global _flash_attention_forward",
+    )
+    _require(
+        callable(getattr(ulysses, "all_to_all_tensor", None))
+        and "return all_to_all_tensor(" in inspect.getsource(ulysses.SeqAllToAll.forward)
+        and "all_to_all_tensor(input_t" in inspect.getsource(ulysses.SeqAllToAll.backward),
+        "verl.utils.ulysses.SeqAllToAll calling the module-global all_to_all_tensor",
     )
     _require(
         callable(getattr(fsdp_utils, "fsdp2_sharded_save_to_cpu", None))

@@ -108,3 +108,19 @@ def register() -> None:
         return
     check_vllm_cpu_internals()
     keep_linear_weights()
+
+
+def omp_threads_bind(workers: int, cores: list[int]) -> str:
+    """``VLLM_CPU_OMP_THREADS_BIND`` for ``workers`` tensor-parallel CPU workers of one engine on
+    ``cores``: contiguous, equal shares, ``|``-separated (``"0|1"`` for 2 workers on 2 cores).
+
+    vLLM's default (``auto``) binds each worker to a NUMA node of its own and refuses more workers
+    than nodes ("Not enough allowed NUMA nodes to bind threads of 2 local CPUWorkers"): a
+    one-socket machine cannot run ``ROLLOUT_TP>1`` without an explicit list. With fewer cores than
+    workers, workers share the last core."""
+    if workers < 1 or not cores:
+        raise ValueError(f"omp_threads_bind needs at least one worker and one core, got {workers} workers on {cores}")
+    cores = sorted(cores)
+    share = max(len(cores) // workers, 1)
+    lists = [cores[k * share : (k + 1) * share] or cores[-1:] for k in range(workers)]
+    return "|".join(",".join(str(c) for c in cpus) for cpus in lists)

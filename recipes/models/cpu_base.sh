@@ -68,8 +68,11 @@ MODEL_OVERRIDES=(
     "actor_rollout_ref.actor.fsdp_config.model_dtype=$ACTOR_DTYPE"
     "++actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=$ACTOR_DTYPE"
     ++actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype=fp32
-    # eager attention, nothing compiled (the V1 engine reads fsdp_config.use_torch_compile only)
-    +actor_rollout_ref.model.override_config.attn_implementation=eager
+    # attention: with packed micro-batches (USE_REMOVE_PADDING=true, the GPU recipes' setting) the
+    # GPU's flash-attention path with a torch kernel (dfpo/local/varlen_attention.py: verl's Ulysses
+    # wrapper runs, SP_SIZE>1 works, no attention across sequences); padded batches eager.
+    # Nothing compiled (the V1 engine reads fsdp_config.use_torch_compile only)
+    "+actor_rollout_ref.model.override_config.attn_implementation=$(dfpo_is_true "$USE_REMOVE_PADDING" && echo dfpo_cpu_varlen || echo eager)"
     actor_rollout_ref.actor.fsdp_config.use_torch_compile=false
     # one agent-loop worker, no data-loader processes, one TransferQueue storage unit (with the
     # default 8 units verl's TaskRunner waits forever in tq.init on a small machine)
@@ -95,4 +98,10 @@ if [[ "$ROLLOUT_NAME" == vllm ]]; then
         # vLLM's CPU KV cache (its EngineCore and Worker processes inherit the server actor's environment)
         "+ray_kwargs.ray_init.runtime_env.env_vars.VLLM_CPU_KVCACHE_SPACE='$VLLM_KV_CACHE_GB'"
     )
+    if ((ROLLOUT_TP > 1)); then
+        # vLLM's automatic thread binding wants a NUMA node per tensor-parallel worker: the cores are
+        # shared out among the workers instead (dfpo/local/vllm_cpu.py: omp_threads_bind)
+        : "${VLLM_CPU_OMP_THREADS_BIND:=$("${PYTHON:-python3}" -c 'import os, sys; from dfpo.local.vllm_cpu import omp_threads_bind; print(omp_threads_bind(int(sys.argv[1]), sorted(os.sched_getaffinity(0))))' "$ROLLOUT_TP")}"
+        MODEL_OVERRIDES+=("+ray_kwargs.ray_init.runtime_env.env_vars.VLLM_CPU_OMP_THREADS_BIND='$VLLM_CPU_OMP_THREADS_BIND'")
+    fi
 fi

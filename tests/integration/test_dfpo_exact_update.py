@@ -7,7 +7,9 @@ epoch, where θ = θ_old), DFPO's group weights over those whole groups, and the
 mini-batch rows with the global normaliser; one SGD step. verl's run splits the same data over
 micro-batches (fixed size 1, 2 or the whole mini-batch, or dynamic and reordered), over 1 or 2
 gloo ranks (the batch reordered as the trainer's length balancing does, so groups straddle ranks),
-2 mini-batches, 2 epochs, with and without shuffling.
+2 mini-batches, 2 epochs, with and without shuffling, padded or packed as the GPU recipes run
+(``use_remove_padding``: each micro-batch one ``(1, total tokens)`` row, which a hook on the model
+confirms, attention split by position ids in transformers' eager or sdpa attention).
 
 All runs of one world size share one set of spawned processes (importing verl costs far more
 than a tiny update), so each test below checks a list of cases.
@@ -19,6 +21,7 @@ import pytest
 import torch
 
 from dfpo.group_ids import group_ids
+from dfpo.local.varlen_attention import CPU_VARLEN_ATTENTION
 from dfpo.group_statistics import compute_group_weights, row_statistics
 from dfpo.loss import compute_dfpo_loss
 from dfpo.shared_prefix import shared_prefix_lengths
@@ -47,6 +50,17 @@ DYNAMIC = [
     "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=40",
 ]
 SHUFFLE = ["actor_rollout_ref.actor.shuffle=True"]
+# the GPU recipes' packed path (USE_REMOVE_PADDING=true): each micro-batch one (1, total tokens) row,
+# attention kept within each sequence by its position ids (transformers' eager, the CPU recipes'
+# attention, or sdpa, where the GPU recipes use flash-attention); the reference runs padded rows
+PACKED = [
+    "actor_rollout_ref.model.use_remove_padding=True",
+    f"actor_rollout_ref.model.override_config.attn_implementation={CPU_VARLEN_ATTENTION}",
+]
+SDPA = ["actor_rollout_ref.model.override_config.attn_implementation=sdpa"]
+# Ulysses sequence parallelism over both ranks (one data-parallel rank): each rank forwards half of
+# every packed row, verl's all-to-all exchanges q/k/v per attention layer (gloo: dfpo/local/gloo_all_to_all.py)
+SP2 = PACKED + ["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"]
 
 
 def micro(size: int) -> list[str]:
@@ -67,18 +81,27 @@ def rounds(rank, world_size, tmp_path, cases, batch):
 
     from dfpo.workers import DFPOActorRolloutRefWorker
 
+    from dfpo.local import gloo_all_to_all, varlen_attention
+
+    varlen_attention.install()  # the GPU path's packed attention and Ulysses all-to-all, as
+    gloo_all_to_all.install()  # dfpo.local.activate installs them in the trainer's workers
     results = []
-    shard = h.dispatch_shards(batch, world_size)[rank]
     for kind, overrides in cases:
         cfg = h.compose_actor_config(h.ensure_tiny_model(f"{tmp_path}/model"), overrides)
+        sp = int(cfg.actor_rollout_ref.actor.ulysses_sequence_parallel_size)
+        shard = h.dispatch_shards(batch, world_size // sp)[rank // sp]  # a sequence-parallel group shares its data
         worker_cls = DFPOActorRolloutRefWorker if kind == "dfpo" else ActorRolloutRefWorker
         worker = worker_cls(cfg.actor_rollout_ref, role="actor")
         worker.init_model()
         before = h.actor_state_dict(worker)
-        output = worker.update_actor(h.with_update_meta(shard, **h.update_meta_from_config(worker.config)))
-        results.append(
-            (before, h.actor_state_dict(worker), dict(output["metrics"]) if output is not None else {})
+        rows_per_call = []  # the batch dimension of every model call: 1 when verl packs the micro-batch
+        hook = h.actor_module(worker).register_forward_pre_hook(
+            lambda module, args, kwargs: rows_per_call.append(int(kwargs["input_ids"].shape[0])), with_kwargs=True
         )
+        output = worker.update_actor(h.with_update_meta(shard, **h.update_meta_from_config(worker.config)))
+        hook.remove()
+        metrics = dict(output["metrics"]) if output is not None else {}
+        results.append((before, h.actor_state_dict(worker), metrics | {"model_call_rows": rows_per_call}))
     return results
 
 
@@ -165,24 +188,38 @@ WORLD1_CASES = {
     "none shared_prefix micro=2": dfpo("none", "shared_prefix") + micro(2),
     "min_replace no-stop-grad micro=2": dfpo(stop_grad=False) + micro(2),
     "orth_proj no-stop-grad shared_prefix dynamic": dfpo("orth_proj", "shared_prefix", False) + DYNAMIC,
+    "min_replace packed micro=2": dfpo() + micro(2) + PACKED,
+    "orth_proj packed sdpa dynamic shuffle": dfpo("orth_proj") + DYNAMIC + SHUFFLE + PACKED + SDPA,
 }
 
 WORLD2_CASES = {
     "min_replace micro=1 shuffle": dfpo() + micro(1) + SHUFFLE,
     "orth_proj dynamic": dfpo("orth_proj") + DYNAMIC,
     "min_replace no-stop-grad shared_prefix micro=whole": dfpo(stop_grad=False, scope="shared_prefix") + micro(4),
+    "min_replace packed dynamic": dfpo() + DYNAMIC + PACKED,
+    "orth_proj packed micro=1 shuffle": dfpo("orth_proj") + micro(1) + SHUFFLE + PACKED,
+}
+
+SP2_CASES = {
+    "min_replace packed sp=2 dynamic": dfpo() + DYNAMIC + SP2,
+    "orth_proj packed sp=2 micro=2 shuffle": dfpo("orth_proj") + micro(2) + SHUFFLE + SP2,
 }
 
 
-def _check(workdir, batch, cases, world_size):
+def _check(workdir, batch, cases, world_size, sp=1):
     results = h.run_ranks(rounds, world_size, str(workdir), [("dfpo", TWO_MINI_BATCHES_TWO_EPOCHS + o) for o in cases.values()], batch)
     for index, (label, overrides) in enumerate(cases.items()):
         before, after, metrics = results[0][index]
-        expected = reference_update(str(workdir), batch, TWO_MINI_BATCHES_TWO_EPOCHS + overrides, world_size)
+        expected = reference_update(str(workdir), batch, TWO_MINI_BATCHES_TWO_EPOCHS + overrides, world_size // sp)
         assert_same_update(before, after, expected, f"world={world_size} {label}")
         for other in results[1:]:  # FSDP keeps replicas identical
             for name, value in other[index][1].items():
                 torch.testing.assert_close(value, after[name])
+        calls = metrics["model_call_rows"]
+        if "packed" in label:  # verl packed every micro-batch of the pre-pass and the update into one row
+            assert calls and set(calls) == {1}, (label, calls)
+        else:
+            assert max(calls) > 1 or "micro=1" in label, (label, calls)
         assert len(metrics["dfpo/prepass_forward"]) == 4  # 2 mini-batches x 2 epochs
         assert metrics["dfpo/prepass_forward"][0] == 0.0 and all(v == 1.0 for v in metrics["dfpo/prepass_forward"][1:])
         if "orth_proj" in label or "min_replace" in label:
@@ -194,7 +231,7 @@ def _check(workdir, batch, cases, world_size):
             # the no-stop-grad ablation's W̃(θ) moves the shared tokens although its weights cancel
             # measured on groups a mini-batch holds whole: shuffled mini-batches and two ranks'
             # length balancing split them, unshuffled ones on one rank keep them whole
-            residual = _shared_token_grad_residual(metrics, label, required=world_size == 1 and "shuffle" not in label)
+            residual = _shared_token_grad_residual(metrics, label, required=world_size // sp == 1 and "shuffle" not in label)
             if "no-stop-grad" in label:
                 assert all(r > 1e-3 for r in residual), (label, residual)
             else:
@@ -231,6 +268,12 @@ def test_two_gloo_ranks_with_groups_split_by_length_balancing(workdir):
     results = _check(workdir, batch, WORLD2_CASES, 2)
     # groups straddle mini-batches here: the pre-pass forwards members outside the mini-batch
     assert max(max(r[2]["dfpo/prepass_rows_per_mini_batch_row"]) for r in results[0]) > 1.0
+
+
+def test_ulysses_sequence_parallel_2_equals_the_whole_group_reference(workdir):
+    """SP 2 on 2 gloo ranks gives the reference's update, which is the SP 1 update (the other tests)."""
+    batch = h.make_batch(workdir / "model", BATCH_SPEC)
+    _check(workdir, batch, SP2_CASES, 2, sp=2)
 
 
 def test_verl_gspo_update_is_unchanged_by_dfpo_worker(workdir):
