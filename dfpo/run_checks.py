@@ -21,7 +21,11 @@ Reads verl's file log of one launch and checks, printing one PASS/FAIL line each
   actor's weights reached the rollout: a sync that did not arrive leaves the rollout sampling
   with the previous weights, and the gap becomes the size of an update. In bypass mode
   (``--old-log-probs rollout``) the actor does not recompute them and verl logs no gap; it is
-  judged only if logged.
+  judged only if logged. At bf16 a per-token bound cannot tell a rollout one small update behind
+  from the engines' own differences, hence:
+* ``--weight-sync``: every step's rollout sampled with the weights of the update before it,
+  judged against the size of that update (:func:`_weight_sync_check`; the run needs
+  ``actor_rollout_ref.actor.policy_loss.dfpo_measure_update_kl=true``).
 
 Used by ``scripts/gpu_smoke.sh``; exits 1 when a check fails.
 """
@@ -61,6 +65,13 @@ def shared_gradient_tolerance(eps: float) -> float:
 #   (a failed or partial sync, a wrong checkpoint or tokenizer), but not one a single small update
 #   behind: on bf16 the fp32 check's precision is not available.
 ROLLOUT_GAP_BOUNDS = {"fp32": 1e-3, "bf16": 1.0}
+
+# Step-to-step spread of rollout_corr/kl in a synced run, by numerics (the weight-sync check's noise):
+# - fp32: measured 2.5e-5 to 6.5e-5 over 4 steps of the tiny recipe through vLLM's CPU build
+#   (docs/exactness.md), so 1e-4;
+# - bf16: BF16_NOTE
+ROLLOUT_KL_SPREAD = {"fp32": 1e-4, "bf16": 5e-3}
+SYNC_DECISIVE_FACTOR = 4
 
 
 def _values(log: TrainingLog, key: str) -> list[float]:
@@ -109,8 +120,53 @@ def _shared_token_check(log: TrainingLog) -> tuple[bool, str]:
     )
 
 
+def _by_step(log: TrainingLog, key: str) -> dict[int, float]:
+    series = log.get(key)
+    return {} if series is None else {int(s): float(v) for s, v in zip(series.steps.tolist(), series.values.tolist())}
+
+
+def _weight_sync_check(log: TrainingLog, rollout_numerics: str) -> tuple[bool, str]:
+    """The rollout samples with the weights the actor just trained.
+
+    verl logs ``rollout_corr/kl``, the token mean of log π_rollout − log π_actor over each step's
+    samples (the actor's log-probs at the parameters the step starts from). At step 1 no update
+    has happened, so its value is the two engines' numerics alone. A rollout one update behind
+    samples at step k from π_{k−1} and shows, above that, KL(π_{k−1} ‖ π_k): the KL of the
+    previous step's update on its samples, which the worker measures as ``actor/dfpo/update_kl``
+    (``dfpo_measure_update_kl=true``). So at every step k ≥ 2
+
+        excess_k = kl_k − kl_1  <  update_kl_{k−1} / 2
+
+    holds for a synced run (excess ≈ 0) and fails for a stale one (excess ≈ update_kl_{k−1}, more
+    when several updates behind). A step is decisive only when update_kl_{k−1} is at least
+    :data:`SYNC_DECISIVE_FACTOR` times the numerics' step-to-step spread of kl
+    (:data:`ROLLOUT_KL_SPREAD`); at least one step must be."""
+    text = "weights reached the rollout (rollout_corr/kl above step 1's, against half the previous update's KL): "
+    kl, update = _by_step(log, "rollout_corr/kl"), _by_step(log, "actor/dfpo/update_kl")
+    if 1 not in kl or not update:
+        missing = "rollout_corr/kl at step 1" if 1 not in kl else "actor/dfpo/update_kl (set actor_rollout_ref.actor.policy_loss.dfpo_measure_update_kl=true)"
+        return False, text + f"{missing} not logged"
+    spread = ROLLOUT_KL_SPREAD[rollout_numerics]
+    decisive, lines = [], []
+    for step in sorted(k for k in kl if k >= 2 and k - 1 in update):
+        excess, scale = kl[step] - kl[1], update[step - 1]
+        if scale < SYNC_DECISIVE_FACTOR * spread:
+            lines.append(f"step {step}: update_kl {scale:.2g} below {SYNC_DECISIVE_FACTOR}x the numerics' spread {spread:g}, not decisive")
+            continue
+        decisive.append(excess < scale / 2)
+        lines.append(f"step {step}: excess {excess:.3g} vs update_kl/2 {scale / 2:.3g}{'' if excess < scale / 2 else ' (one update behind or more)'}")
+    if not decisive:
+        return False, text + "; ".join(lines or ["no step after step 1 logged both"]) + "; no decisive step: run more steps or a larger LR"
+    return all(decisive), text + "; ".join(lines)
+
+
 def check_run(
-    log: TrainingLog, steps: int, dfpo: bool, old_log_probs: str | None, rollout_numerics: str = "bf16"
+    log: TrainingLog,
+    steps: int,
+    dfpo: bool,
+    old_log_probs: str | None,
+    rollout_numerics: str = "bf16",
+    weight_sync: bool = False,
 ) -> list[tuple[bool, str]]:
     """(passed, description) for each check of a run expected to log steps 1..``steps``."""
     results = []
@@ -126,6 +182,8 @@ def check_run(
         flag = _values(log, "actor/dfpo/old_log_probs_recomputed")
         want = 1.0 if old_log_probs == "recomputed" else 0.0
         results.append((bool(flag) and all(v == want for v in flag), f"old log-probs {old_log_probs}: actor/dfpo/old_log_probs_recomputed = {flag}"))
+    if weight_sync:
+        results.append(_weight_sync_check(log, rollout_numerics))
     gap = _values(log, "training/rollout_probs_diff_max")
     bound = ROLLOUT_GAP_BOUNDS[rollout_numerics]
     if not gap and old_log_probs == "rollout":
@@ -149,13 +207,17 @@ def main(argv: list[str] | None = None) -> int:
         "--rollout-numerics", choices=sorted(ROLLOUT_GAP_BOUNDS), default="bf16",
         help="fp32: rollout and actor both float32 (CPU recipes); bf16 (default): either in bfloat16 (GPU recipes)",
     )
+    parser.add_argument(
+        "--weight-sync", action="store_true",
+        help="check that each step's rollout sampled with the weights of the step before (needs dfpo_measure_update_kl=true)",
+    )
     args = parser.parse_args(argv)
     try:
         log = read_file_log(args.log)
     except (OSError, ValueError) as error:
         print(f"FAIL  cannot read {args.log}: {error}")
         return 1
-    results = check_run(log, args.steps, args.dfpo, args.old_log_probs, args.rollout_numerics)
+    results = check_run(log, args.steps, args.dfpo, args.old_log_probs, args.rollout_numerics, args.weight_sync)
     for passed, text in results:
         print(f"{'PASS' if passed else 'FAIL'}  {text}")
     return 0 if all(passed for passed, _ in results) else 1

@@ -96,7 +96,9 @@ class DFPOSyncTrainer(_DFPOTrainer, PPOTrainerSync):
 
     def on_step_end(self):
         if os.environ.get(SKIP_WEIGHT_SYNC_FOR_TESTS) == "1":
+            # verl's update_weights also wakes the replicas it put to sleep after sampling; only that
             print(f"dfpo: {SKIP_WEIGHT_SYNC_FOR_TESTS}=1: the updated weights are NOT synced into the rollout (a test's broken run)")
+            self.checkpoint_manager.wake_up_replicas()
             return
         super().on_step_end()
 

@@ -130,23 +130,32 @@ class DFPOTrainingWorker(TrainingWorker):
         finally:
             self._dfpo_step = None
         if getattr(self._dfpo_config.policy_loss, "dfpo_measure_update_kl", False):
-            update_kl = self._update_kl(step)  # collective: every rank
+            update = self._update_size(step)  # collective: every rank
             if output is not None:
-                tu.get(output, "metrics")["dfpo/update_kl"] = [update_kl]
+                tu.get(output, "metrics").update({key: [value] for key, value in update.items()})
         return output
 
-    def _update_kl(self, step: _Step) -> float:
-        """KL(π_old ‖ π_new) over the step's response tokens on every data-parallel rank,
-        estimated on the step's samples: Σ mask·(log π_old − log π_new) / Σ mask, with π_new the
-        parameters after the step's update (one no-grad forward of every row)."""
+    def _update_size(self, step: _Step) -> dict[str, float]:
+        """How far the step's update moved the policy on the step's response tokens, over every
+        data-parallel rank, with r = log π_new − log π_old (π_new: the parameters after the update,
+        one no-grad forward of every row):
+
+            update_kl             = ½ Σ mask·r² / Σ mask   (KL(π_old ‖ π_new) to second order)
+            update_log_ratio_mean =   Σ mask·r  / Σ mask
+
+        The squared form is the update's size whatever its direction: on the very samples it was
+        fitted to, the plain mean of −r is no KL estimate (the update raises some of their
+        log-probs and lowers others; measured negative on a step whose next-step KL was 5e-3)."""
         rows = torch.arange(len(step.rows.group_id))
         new = self._log_probs_at_current_params(step, step.data, rows, inside_update=False)
         mask = step.rows.response_mask
-        totals = torch.stack([((step.rows.old_log_prob - new) * mask).sum(), mask.sum()]).to(torch.float64)
+        ratio = (new - step.rows.old_log_prob) * mask
+        totals = torch.stack([0.5 * (ratio**2).sum(), ratio.sum(), mask.sum()]).to(torch.float64)
         dp_group = self.engine.get_data_parallel_group()
         if torch.distributed.is_initialized() and torch.distributed.get_world_size(dp_group) > 1:
             torch.distributed.all_reduce(totals, group=dp_group)
-        return float(totals[0] / totals[1].clamp(min=1))
+        tokens = totals[2].clamp(min=1)
+        return {"dfpo/update_kl": float(totals[0] / tokens), "dfpo/update_log_ratio_mean": float(totals[1] / tokens)}
 
     def _prepare_step(self, data) -> _Step:
         dp_group = self.engine.get_data_parallel_group()

@@ -86,8 +86,11 @@ data() {
 }
 
 train() {  # train EXPERIMENT STEPS OLD_LOG_PROBS [hydra overrides...]
-    local experiment="$1" steps="$2" old="$3" log numerics=bf16
+    local experiment="$1" steps="$2" old="$3" log numerics=bf16 checks=()
     shift 3
+    # two or more steps: each update's KL is measured (one more forward per step), and run_checks
+    # tells a rollout that sampled with the previous step's weights from one an update behind
+    ((steps < 2)) || { set -- "$@" actor_rollout_ref.actor.policy_loss.dfpo_measure_update_kl=true; checks=(--weight-sync); }
     local knobs=()
     if [[ "$cpu" == 1 ]]; then
         knobs=(ROLLOUT_NAME=vllm "GPUS_PER_NODE=${GPUS_PER_NODE:-1}")
@@ -101,7 +104,7 @@ train() {  # train EXPERIMENT STEPS OLD_LOG_PROBS [hydra overrides...]
         bash "$repo_root/recipes/$recipe" "$@" || return 1
     log="$(newest_log "$experiment")"
     [[ -n "$log" ]] || { echo "no file log under $log_dir" >&2; return 1; }
-    "$python" -m dfpo.run_checks "$log" --steps "$steps" --dfpo --old-log-probs "$old" --rollout-numerics "$numerics"
+    "$python" -m dfpo.run_checks "$log" --steps "$steps" --dfpo --old-log-probs "$old" --rollout-numerics "$numerics" "${checks[@]}"
 }
 
 merge() {

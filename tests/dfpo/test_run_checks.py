@@ -156,3 +156,56 @@ def test_without_a_measured_step_the_weights_residual_is_judged_and_named(tmp_pa
     path.write_text("\n".join(json.dumps({"step": i + 1, "data": d}) for i, d in enumerate(steps)) + "\n")
     ((ok, text),) = [r for r in check_run(read_file_log(path), 2, True, None, "fp32") if r[1].startswith("DFPO gives")]
     assert not ok
+
+
+def _sync_log(tmp_path, kl: list[float], update_kl: list[float] | None):
+    path = tmp_path / "sync.jsonl"
+    lines = []
+    for step, value in enumerate(kl, start=1):
+        data = {"critic/score/mean": 0.5, "actor/grad_norm": 0.3, "rollout_corr/kl": value}
+        if update_kl is not None:
+            data["actor/dfpo/update_kl"] = update_kl[step - 1]
+        lines.append(json.dumps({"step": step, "data": data}))
+    path.write_text("\n".join(lines) + "\n")
+    return read_file_log(path)
+
+
+def _sync_check(log, numerics="fp32") -> tuple[bool, str]:
+    (result,) = [(ok, text) for ok, text in check_run(log, 3, False, None, numerics, weight_sync=True) if text.startswith("weights reached")]
+    return result
+
+
+@pytest.mark.parametrize(
+    ("kl", "update_kl", "passes"),
+    [
+        # synced: the rollout-vs-actor KL stays at step 1's (the engines' numerics) while updates move the policy
+        ([6.0e-5, 5.5e-5, 6.6e-5], [2e-3, 3e-3, 2e-3], True),
+        # one update behind: each step's excess is the previous update's KL
+        ([6.0e-5, 2.1e-3, 3.0e-3], [2e-3, 3e-3, 2e-3], False),
+        # never synced: the excess grows with every update
+        ([6.0e-5, 2.1e-3, 5.2e-3], [2e-3, 3e-3, 2e-3], False),
+        # one late step is enough to fail
+        ([6.0e-5, 7.0e-5, 3.0e-3], [2e-3, 3e-3, 2e-3], False),
+    ],
+)
+def test_the_weight_sync_check_separates_a_synced_run_from_a_stale_one(tmp_path, kl, update_kl, passes):
+    ok, text = _sync_check(_sync_log(tmp_path, kl, update_kl))
+    assert ok is passes, text
+
+
+def test_the_weight_sync_check_needs_a_decisive_step_and_its_inputs(tmp_path):
+    ok, text = _sync_check(_sync_log(tmp_path, [6.0e-5, 6.0e-5, 6.0e-5], [1e-9, 1e-9, 1e-9]))
+    assert not ok and "not decisive" in text and "larger LR" in text
+    ok, text = _sync_check(_sync_log(tmp_path, [6.0e-5, 6.0e-5, 6.0e-5], None))
+    assert not ok and "dfpo_measure_update_kl=true" in text
+    # bf16's spread is wider: an update that decides at fp32 may not at bf16
+    assert _sync_check(_sync_log(tmp_path, [6.0e-5, 5.5e-5, 6.6e-5], [2e-3, 3e-3, 2e-3]), "fp32")[0]
+
+
+def test_the_cli_runs_the_weight_sync_check_only_when_asked(tmp_path):
+    _sync_log(tmp_path, [6.0e-5, 2.1e-3, 3.0e-3], [2e-3, 3e-3, 2e-3])
+    command = [sys.executable, "-m", "dfpo.run_checks", str(tmp_path / "sync.jsonl"), "--steps", "3", "--rollout-numerics", "fp32"]
+    plain = subprocess.run(command, capture_output=True, text=True)
+    asked = subprocess.run(command + ["--weight-sync"], capture_output=True, text=True)
+    assert "weights reached" not in plain.stdout
+    assert asked.returncode == 1 and "FAIL  weights reached the rollout" in asked.stdout, asked.stdout

@@ -58,6 +58,9 @@ with open(unquote(args["ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGE
                 "actor/dfpo/old_log_probs_recomputed": 0.0 if bypass else 1.0}
         if not bypass:  # as verl: in bypass mode the actor recomputes nothing, so there is no gap to log
             data["training/rollout_probs_diff_max"] = gap
+            data["rollout_corr/kl"] = gap / 100  # synced: each step's rollout-vs-actor KL is the numerics' alone
+        if args.get("actor_rollout_ref.actor.policy_loss.dfpo_measure_update_kl") == "true":
+            data["actor/dfpo/update_kl"] = 0.03
         log.write(json.dumps({"step": step, "data": data}) + "\\n")
 os.makedirs(os.path.join(unquote(args["trainer.default_local_dir"]), f"global_step_{steps}", "actor"))
 """
@@ -109,6 +112,10 @@ def test_gpu_smoke_runs_every_stage_and_passes(smoke):
     assert len(trains) == 2 and "algorithm.rollout_correction.bypass_mode=true" in trains[1]
     assert "trainer.total_training_steps=2" in trains[0] and "actor_rollout_ref.rollout.name=vllm" in trains[0]
     assert "PASS  old log-probs recomputed" in result.stdout and "PASS  old log-probs rollout" in result.stdout
+    # the 2-step run measures each update's KL and is checked for a rollout an update behind
+    assert "actor_rollout_ref.actor.policy_loss.dfpo_measure_update_kl=true" in trains[0]
+    assert "dfpo_measure_update_kl" not in trains[1]
+    assert result.stdout.count("PASS  weights reached the rollout") == 1
     evaluate = next(c for c in calls if c.startswith("-m dfpo.evaluation.generate"))
     assert "--backend vllm" in evaluate and "--limit 2" in evaluate and f"--model {tmp_path}/smoke/merged" in evaluate
     # the real toy data, from data_prep
