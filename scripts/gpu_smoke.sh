@@ -8,6 +8,7 @@
 #   bash scripts/gpu_smoke.sh --cpu          # the same stages on CPU (6-9 minutes on 2 cores)
 #
 # MODEL_PATH: a local Qwen3-0.6B checkpoint (hf download Qwen/Qwen3-0.6B --local-dir ...).
+# SMOKE_LR (default 1e-4): the training runs' LR on GPUs, large enough for the weight-sync check.
 # OUTPUT_ROOT (default ~/dfpo_gpu_smoke): data, checkpoints, logs and the evaluation go there; each
 # run starts afresh. PYTHON: the GPU environment's interpreter (default python3). The task is the
 # toy arithmetic set of the CPU recipes (built by data_prep, no download); the training run is
@@ -30,7 +31,7 @@ cpu=0
 for arg in "$@"; do
     case "$arg" in
         --cpu) cpu=1 ;;
-        -h | --help) sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "gpu_smoke: unknown argument '$arg' (use --cpu, or none on a GPU node)" >&2; exit 2 ;;
     esac
 done
@@ -91,9 +92,12 @@ train() {  # train EXPERIMENT STEPS OLD_LOG_PROBS [hydra overrides...]
     # two or more steps: each update's KL is measured (one more forward per step), and run_checks
     # tells a rollout that sampled with the previous step's weights from one an update behind
     ((steps < 2)) || { set -- "$@" actor_rollout_ref.actor.policy_loss.dfpo_measure_update_kl=true; checks=(--weight-sync); }
-    local knobs=()
+    # the recipe's LR (1e-6) moves Qwen3-0.6B too little in one step for the weight-sync check to
+    # tell a rollout one update behind from bf16's own differences (it needs update_kl >= 0.05 at
+    # bf16, dfpo/run_checks.py); two steps at SMOKE_LR (default 1e-4) are a plumbing test, not training
+    local knobs=("LR=${SMOKE_LR:-1e-4}")
     if [[ "$cpu" == 1 ]]; then
-        knobs=(ROLLOUT_NAME=vllm "GPUS_PER_NODE=${GPUS_PER_NODE:-1}")
+        knobs=(ROLLOUT_NAME=vllm "GPUS_PER_NODE=${GPUS_PER_NODE:-1}")  # the tiny recipe's own LR (1e-3)
         numerics=fp32  # the CPU recipes run actor and vLLM in float32
     fi
     rm -rf "$output_root/checkpoints/$project/$experiment"

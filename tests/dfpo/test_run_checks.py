@@ -178,14 +178,14 @@ def _sync_check(log, numerics="fp32") -> tuple[bool, str]:
 @pytest.mark.parametrize(
     ("kl", "update_kl", "passes"),
     [
-        # synced: the rollout-vs-actor KL stays at step 1's (the engines' numerics) while updates move the policy
-        ([6.0e-5, 5.5e-5, 6.6e-5], [2e-3, 3e-3, 2e-3], True),
-        # one update behind: each step's excess is the previous update's KL
-        ([6.0e-5, 2.1e-3, 3.0e-3], [2e-3, 3e-3, 2e-3], False),
-        # never synced: the excess grows with every update
-        ([6.0e-5, 2.1e-3, 5.2e-3], [2e-3, 3e-3, 2e-3], False),
-        # one late step is enough to fail
-        ([6.0e-5, 7.0e-5, 3.0e-3], [2e-3, 3e-3, 2e-3], False),
+        # measured, the tiny recipe through vLLM's CPU build in fp32 (docs/exactness.md): synced ...
+        ([6.40e-5, 2.89e-5, 5.77e-5, 8.11e-5], [0.0300, 0.0191, 0.0122, 0.0800], True),
+        # ... and with the sync skipped: one update behind at step 2, further behind later
+        ([6.47e-5, 0.0387, 0.125, 0.261], [0.0212, 0.0765, 0.0839, 0.0676], False),
+        # one update behind at one step only is enough to fail
+        ([6.40e-5, 2.89e-5, 5.77e-5, 0.005], [0.0300, 0.0191, 0.0122, 0.0800], False),
+        # a smaller stale excess than measured (a tenth of the update's size) still fails
+        ([6.40e-5, 0.0031, 5.77e-5, 8.11e-5], [0.0300, 0.0191, 0.0122, 0.0800], False),
     ],
 )
 def test_the_weight_sync_check_separates_a_synced_run_from_a_stale_one(tmp_path, kl, update_kl, passes):
@@ -198,12 +198,30 @@ def test_the_weight_sync_check_needs_a_decisive_step_and_its_inputs(tmp_path):
     assert not ok and "not decisive" in text and "larger LR" in text
     ok, text = _sync_check(_sync_log(tmp_path, [6.0e-5, 6.0e-5, 6.0e-5], None))
     assert not ok and "dfpo_measure_update_kl=true" in text
-    # bf16's spread is wider: an update that decides at fp32 may not at bf16
-    assert _sync_check(_sync_log(tmp_path, [6.0e-5, 5.5e-5, 6.6e-5], [2e-3, 3e-3, 2e-3]), "fp32")[0]
+    # bf16's spread is wider: an update that decides at fp32 does not at bf16
+    small = _sync_log(tmp_path, [6.0e-5, 5.5e-5, 6.6e-5], [3e-3, 3e-3, 3e-3])
+    assert _sync_check(small, "fp32")[0] and not _sync_check(small, "bf16")[0]
+
+
+@pytest.mark.parametrize(
+    ("kl", "update_kl", "passes"),
+    [
+        # measured with a bf16 actor and a bf16 vLLM engine on CPU: synced (step 2's update too small
+        # to decide, step 3's decides) ...
+        ([-4.17e-4, -1.04e-3, 1.70e-4], [0.0201, 1.362, 0.108], True),
+        # ... and with the sync skipped: updates too small for a tenth of them to clear bf16's spread,
+        # but an excess ten times that spread is a rollout on other weights
+        ([-2.65e-4, 0.0278, 0.0324], [0.0171, 0.0038, 0.0204], False),
+    ],
+)
+def test_the_weight_sync_check_at_bf16(tmp_path, kl, update_kl, passes):
+    ok, text = _sync_check(_sync_log(tmp_path, kl, update_kl), "bf16")
+    assert ok is passes, text
+    assert passes or "one update behind" in text
 
 
 def test_the_cli_runs_the_weight_sync_check_only_when_asked(tmp_path):
-    _sync_log(tmp_path, [6.0e-5, 2.1e-3, 3.0e-3], [2e-3, 3e-3, 2e-3])
+    _sync_log(tmp_path, [6.47e-5, 0.0387, 0.125], [0.0212, 0.0765, 0.0839])
     command = [sys.executable, "-m", "dfpo.run_checks", str(tmp_path / "sync.jsonl"), "--steps", "3", "--rollout-numerics", "fp32"]
     plain = subprocess.run(command, capture_output=True, text=True)
     asked = subprocess.run(command + ["--weight-sync"], capture_output=True, text=True)

@@ -60,7 +60,7 @@ with open(unquote(args["ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGE
             data["training/rollout_probs_diff_max"] = gap
             data["rollout_corr/kl"] = gap / 100  # synced: each step's rollout-vs-actor KL is the numerics' alone
         if args.get("actor_rollout_ref.actor.policy_loss.dfpo_measure_update_kl") == "true":
-            data["actor/dfpo/update_kl"] = 0.03
+            data["actor/dfpo/update_kl"] = 0.3  # two Adam steps at the smoke's LR
         log.write(json.dumps({"step": step, "data": data}) + "\\n")
 os.makedirs(os.path.join(unquote(args["trainer.default_local_dir"]), f"global_step_{steps}", "actor"))
 """
@@ -115,6 +115,7 @@ def test_gpu_smoke_runs_every_stage_and_passes(smoke):
     # the 2-step run measures each update's KL and is checked for a rollout an update behind
     assert "actor_rollout_ref.actor.policy_loss.dfpo_measure_update_kl=true" in trains[0]
     assert "dfpo_measure_update_kl" not in trains[1]
+    assert "actor_rollout_ref.actor.optim.lr=1e-4" in trains[0]  # SMOKE_LR: an update large enough to check the sync
     assert result.stdout.count("PASS  weights reached the rollout") == 1
     evaluate = next(c for c in calls if c.startswith("-m dfpo.evaluation.generate"))
     assert "--backend vllm" in evaluate and "--limit 2" in evaluate and f"--model {tmp_path}/smoke/merged" in evaluate
