@@ -26,6 +26,8 @@ GPUs (installed only by the local CPU backend, :mod:`dfpo.local.activate`).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 CPU_VARLEN_ATTENTION = "dfpo_cpu_varlen"
@@ -95,14 +97,41 @@ def varlen_causal_attention(
     return out.transpose(1, 2)[seq, offset].unsqueeze(0).to(query_states.dtype)
 
 
+SAVED_ATTENTION = "sdpa"
+"""What a configuration saved by a CPU run names instead of :data:`CPU_VARLEN_ATTENTION`."""
+
+
+def saving_a_portable_attention(save_pretrained):
+    """Wrap ``PretrainedConfig.save_pretrained`` so that a checkpoint written by a CPU run (verl
+    saves the actor's config, ``attn_implementation`` included, next to every checkpoint) names an
+    attention every transformers install has: :data:`CPU_VARLEN_ATTENTION` is registered only in
+    the local backend's processes, and ``verl.model_merger`` or any later load of the checkpoint
+    failed on it ("Specified attn_implementation=... is not supported")."""
+
+    @functools.wraps(save_pretrained)
+    def save_portable(self, *args, **kwargs):
+        if getattr(self, "attn_implementation", None) != CPU_VARLEN_ATTENTION:
+            return save_pretrained(self, *args, **kwargs)
+        self.attn_implementation = SAVED_ATTENTION
+        try:
+            return save_pretrained(self, *args, **kwargs)
+        finally:
+            self.attn_implementation = CPU_VARLEN_ATTENTION
+
+    save_portable.__dfpo_portable__ = True
+    return save_portable
+
+
 def install() -> None:
-    """Register :data:`CPU_VARLEN_ATTENTION` in transformers and make it the kernel of verl's
-    flash-attention wrapper (idempotent)."""
-    from transformers import AttentionInterface
+    """Register :data:`CPU_VARLEN_ATTENTION` in transformers, make it the kernel of verl's
+    flash-attention wrapper, and keep it out of saved configurations (idempotent)."""
+    from transformers import AttentionInterface, PretrainedConfig
     from transformers.integrations import flash_attention
     from verl.models.transformers import monkey_patch
 
     AttentionInterface.register(CPU_VARLEN_ATTENTION, flash_attention.flash_attention_forward)
+    if not getattr(PretrainedConfig.save_pretrained, "__dfpo_portable__", False):
+        PretrainedConfig.save_pretrained = saving_a_portable_attention(PretrainedConfig.save_pretrained)
     # the kernel verl's _ulysses_flash_attention_forward calls (a module global it imported from
     # transformers.modeling_flash_attention_utils), and the entry point before verl patches it
     monkey_patch._flash_attention_forward = varlen_causal_attention

@@ -110,3 +110,20 @@ def test_a_model_with_the_registered_attention_under_verls_patch_matches_the_pad
             alone = padded_model(input_ids=sequence.unsqueeze(0)).logits[0]
             torch.testing.assert_close(packed_logits[start : start + len(sequence)], alone, rtol=1e-5, atol=1e-5)
             start += len(sequence)
+
+
+def test_a_saved_configuration_names_an_attention_every_install_has(tmp_path):
+    """verl saves the actor's config with every checkpoint; verl.model_merger (a process without
+    the local backend) must be able to build the model from it."""
+    from transformers import AutoConfig
+
+    from dfpo.local.tiny_model import TinyModelSpec, build_model
+
+    install()
+    config = build_model(TinyModelSpec()).config
+    config.attn_implementation = CPU_VARLEN_ATTENTION  # as verl's override_config sets it
+    config.save_pretrained(tmp_path)
+    assert config.attn_implementation == CPU_VARLEN_ATTENTION  # the running model keeps its kernel
+    saved = (tmp_path / "config.json").read_text()
+    assert CPU_VARLEN_ATTENTION not in saved and '"attn_implementation": "sdpa"' in saved
+    AutoConfig.from_pretrained(tmp_path)
