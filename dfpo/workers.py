@@ -117,6 +117,7 @@ class DFPOTrainingWorker(TrainingWorker):
 
     def enable_dfpo(self, actor_config: Any, loss_fn: DFPOLossFunction) -> None:
         """Turn DFPO's bookkeeping on (called by :class:`DFPOActorRolloutRefWorker`)."""
+        require_sequence_parallel_group(self.engine, getattr(self.engine_config, "ulysses_sequence_parallel_size", 1))
         self._dfpo_config = actor_config
         self._dfpo_loss = loss_fn
 
@@ -263,6 +264,20 @@ class DFPOTrainingWorker(TrainingWorker):
         buffer = log_probs.to(device) if log_probs is not None else torch.empty(shape, dtype=torch.float32, device=device)
         torch.distributed.broadcast(buffer, src=torch.distributed.get_global_rank(group, 0), group=group)
         return buffer.cpu()
+
+
+def require_sequence_parallel_group(engine: Any, sequence_parallel_size: int) -> None:
+    """At start-up, with Ulysses sequence parallelism (``SP_SIZE>1``): verl's engine must expose its
+    sequence-parallel process group as ``ulysses_parallel_group`` (verl 0.9.1's FSDP engine sets it
+    in ``_init_device_mesh``), through which DFPO's pre-pass shares the log-probs that
+    ``infer_batch`` returns on each group's first rank only. Without it, the other ranks would
+    fail at the first step; this says so before any rollout."""
+    if int(sequence_parallel_size or 1) > 1 and getattr(engine, "ulysses_parallel_group", None) is None:
+        raise RuntimeError(
+            f"dfpo: ulysses_sequence_parallel_size={sequence_parallel_size}, but verl's engine "
+            f"({type(engine).__name__}) has no ulysses_parallel_group, which DFPO's pre-pass broadcasts the "
+            "log-probs over (verl 0.9.1's FSDP engine sets it). Use verl==0.9.1's FSDP engine, or SP_SIZE=1."
+        )
 
 
 class DFPOActorRolloutRefWorker(ActorRolloutRefWorker):

@@ -1,6 +1,6 @@
 """The weight-sync check fails a run whose rollout never received the trained weights — in bf16.
 
-verl's trainer runs the tiny DFPO recipe for 3 steps with a bf16 actor and a bf16 vLLM engine (the
+verl's trainer runs the tiny DFPO recipe for 3 steps on one rank with a bf16 actor and a bf16 vLLM engine (the
 GPU recipes' numerics; on CPUs without native bf16 it costs about 2x the fp32 step here, the model
 being tiny), its weight sync skipped (the test-only ``DFPO_TEST_SKIP_WEIGHT_SYNC=1`` of
 ``dfpo.trainer.DFPOSyncTrainer``: the rollout keeps sampling with the first weights) and each
@@ -30,6 +30,9 @@ def test_a_rollout_that_never_got_the_weights_fails_the_weight_sync_check(tmp_pa
     env = {
         "OUTPUT_ROOT": str(tmp_path),
         "TOTAL_TRAINING_STEPS": str(STEPS),
+        # one rank, one vLLM engine: what is under test is the check, and each engine costs about a
+        # minute of start-up on 2 cores (the 2-rank sync is tests/e2e/test_trainer_cpu.py's run)
+        "GPUS_PER_NODE": "1",
         "SAVE_FREQ": "-1",
         "TEST_FREQ": "-1",
         "ACTOR_DTYPE": "bf16",

@@ -21,18 +21,14 @@ import pytest
 from dfpo.evaluation.run_store import read_manifest, read_samples
 from dfpo.run_checks import check_run
 from dfpo.verl_logs import read_file_log
-from tests.e2e.recipe_runs import run_command
 from tests.recipes.recipe_commands import REPO_ROOT
 
 STAGES = ("environment", "toy data", "train DFPO 2 steps", "bypass mode", "merge", "evaluate 2 problems")
-# The whole CPU mode took 6 min 5 s (load 2-4) and 8 min 49 s (load 3-4) on a shared 2-core machine; far
-# beyond that something hangs.
-CPU_SMOKE_TIMEOUT_S = 900
 
 FAKE_PYTHON = """#!/usr/bin/env bash
 echo "$*" >> "$FAKE_CALLS"
 case "$1 $2" in
-    "-c import dfpo.main") exit 0 ;;  # the launcher's install check (tested in test_recipes_launcher.py)
+    "-c import importlib.metadata"*) exit 0 ;;  # the launcher's install check (tested in test_recipes_launcher.py)
     "-m dfpo.doctor") echo "[  ok] stand-in doctor"; exit "${FAKE_DOCTOR_STATUS:-0}" ;;
     "-m dfpo.main") exec "$REAL_PYTHON" "$FAKE_MAIN" "${@:3}" ;;
     "-m verl.model_merger") mkdir -p "${@: -1}" && echo '{}' > "${@: -1}/config.json"; exit 0 ;;
@@ -47,6 +43,8 @@ exec "$REAL_PYTHON" "$@"
 # (with the DFPO worker's metrics) and the last checkpoint under trainer.default_local_dir.
 FAKE_MAIN = """
 import json, os, sys
+with open(os.environ["FAKE_MAIN_ARGV"], "a") as record:  # each launch's exact argument list
+    record.write(json.dumps(sys.argv[1:]) + "\\n")
 args = dict(a.lstrip("+").split("=", 1) for a in sys.argv[1:])
 unquote = lambda v: v.strip("'")
 steps = int(args["trainer.total_training_steps"])
@@ -81,6 +79,7 @@ def smoke(tmp_path):
         "REAL_PYTHON": sys.executable,
         "FAKE_MAIN": str(tmp_path / "fake_main.py"),
         "FAKE_CALLS": str(tmp_path / "calls.txt"),
+        "FAKE_MAIN_ARGV": str(tmp_path / "main_argv.jsonl"),
         "MODEL_PATH": str(model),
         "OUTPUT_ROOT": str(tmp_path / "smoke"),
     }
@@ -121,6 +120,36 @@ def test_gpu_smoke_runs_every_stage_and_passes(smoke):
     assert "--backend vllm" in evaluate and "--limit 2" in evaluate and f"--model {tmp_path}/smoke/merged" in evaluate
     # the real toy data, from data_prep
     assert (tmp_path / "smoke" / "data" / "arithmetic_train.parquet").is_file()
+
+
+@pytest.mark.slow
+def test_gpu_smoke_gpu_mode_commands_compose_in_verl_and_every_key_is_read(smoke):
+    """GPU mode as far as it goes without a GPU: both training launches' exact arguments (the GPU
+    recipe recipes/run_dfpo_min_replace_qwen3_0p6b.sh with the smoke's SMOKE_LR, update-KL and
+    bypass-mode keys) compose in verl 0.9.1's Hydra config with dfpo's, build verl's actor config
+    and DFPO's loss config, and set only keys verl reads on the path that runs."""
+    from verl.utils.config import omega_conf_to_dataclass
+
+    from dfpo.hydra_config import compose_trainer_config
+    from tests.recipes.verl_readers import reader_of, running_reader
+
+    tmp_path, run = smoke
+    assert run().returncode == 0
+    launches = [json.loads(line) for line in (tmp_path / "main_argv.jsonl").read_text().splitlines()]
+    assert len(launches) == 2
+    for overrides in launches:
+        cfg = compose_trainer_config(overrides, config_name="dfpo_trainer")
+        assert cfg.trainer.device == "cuda" and cfg.actor_rollout_ref.rollout.name == "vllm"
+        actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+        assert actor.policy_loss.loss_mode == "dfpo" and actor.optim.lr == pytest.approx(1e-4)
+        for override in overrides:
+            key = override.split("=", 1)[0].lstrip("+")
+            assert reader_of(key) is not None, f"gpu_smoke sets {key}, which nothing on verl 0.9.1's V1 engine path reads"
+            assert running_reader(key, cfg) is not None, f"gpu_smoke sets {key}, read only under a condition that is off"
+    update_kl = [launch for launch in launches if "actor_rollout_ref.actor.policy_loss.dfpo_measure_update_kl=true" in launch]
+    assert len(update_kl) == 1 and compose_trainer_config(update_kl[0], config_name="dfpo_trainer").actor_rollout_ref.actor.policy_loss.dfpo_measure_update_kl is True
+    bypass = compose_trainer_config(launches[1], config_name="dfpo_trainer")
+    assert bypass.algorithm.rollout_correction.bypass_mode is True
 
 
 def test_gpu_smoke_reports_a_failed_stage_and_keeps_going(smoke):
@@ -166,15 +195,11 @@ def test_gpu_smoke_cpu_mode_passes_the_cpu_recipe_the_vllm_rollout_and_cpu_setti
 
 
 @pytest.mark.slow
-def test_gpu_smoke_cpu_mode_runs_every_stage_for_real(tmp_path):
-    output_root = tmp_path / "smoke"
-    run = run_command(
-        ["bash", "scripts/gpu_smoke.sh", "--cpu"],
-        {"OUTPUT_ROOT": str(output_root), "PYTHON": sys.executable},
-        timeout_s=CPU_SMOKE_TIMEOUT_S,
-    )
+def test_gpu_smoke_cpu_mode_runs_every_stage_for_real(cpu_smoke_run):
+    """The session's one real run of ``bash scripts/gpu_smoke.sh --cpu`` (tests/conftest.py), on 2
+    ranks; tests/e2e/test_trainer_cpu.py reads its training stage too."""
+    run, output_root = cpu_smoke_run.run, cpu_smoke_run.output_root
     assert run.returncode == 0, run.tail(150)
-    print(f"bash scripts/gpu_smoke.sh --cpu: {run.seconds:.0f} s")
     summary = run.output.split("gpu_smoke --cpu summary", 1)[1]
     for stage in STAGES:
         assert " PASS " in next(line for line in summary.splitlines() if stage in line)
@@ -182,6 +207,7 @@ def test_gpu_smoke_cpu_mode_runs_every_stage_for_real(tmp_path):
     assert "(vLLMHttpServer pid=" in run.output, "training was not served by verl's vLLMHttpServer"
     assert "PASS  old log-probs recomputed" in run.output and "PASS  old log-probs rollout" in run.output
     assert run.output.count("PASS  DFPO gives the shared tokens no net gradient") == 2
+    assert "PASS  weights reached the rollout" in run.output  # the 2-step stage's weight-sync check
     assert (output_root / "merged" / "config.json").is_file()
     manifest = read_manifest(output_root / "eval")
     assert manifest["model"] == str((output_root / "merged").resolve())

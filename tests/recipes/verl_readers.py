@@ -170,6 +170,9 @@ READERS: dict[str, Reader | tuple[Reader, ...]] = {
     "algorithm.norm_adv_by_std_in_grpo": Reader(_TRAINER, 'self.config.algorithm.get("norm_adv_by_std_in_grpo", True)'),
     "algorithm.use_kl_in_reward": Reader(_TRAINER, "if self.config.algorithm.use_kl_in_reward:"),
     "algorithm.rollout_correction.rollout_is": Reader("trainer/ppo/rollout_corr_helper.py", "rollout_is"),
+    "algorithm.rollout_correction.bypass_mode": Reader(
+        _TRAINER, 'bypass_recomputing_logprobs = rollout_corr_config and rollout_corr_config.get("bypass_mode", False)'
+    ),
     "algorithm.rollout_correction.rollout_is_threshold": Reader(
         "trainer/ppo/rollout_corr_helper.py", "rollout_is_threshold", _rollout_is_on
     ),
@@ -205,6 +208,9 @@ READERS: dict[str, Reader | tuple[Reader, ...]] = {
     f"{_AR}.actor.policy_loss.dfpo_stop_grad": Reader("dfpo/workers.py", "stop_grad=options.dfpo_stop_grad", _dfpo_loss),
     f"{_AR}.actor.policy_loss.dfpo_scope": Reader("dfpo/workers.py", 'options.dfpo_scope == "shared_prefix"', _dfpo_loss),
     f"{_AR}.actor.policy_loss.dfpo_exact_groups": Reader("dfpo/workers.py", "options.dfpo_exact_groups", _dfpo_loss),
+    f"{_AR}.actor.policy_loss.dfpo_measure_update_kl": Reader(
+        "dfpo/workers.py", 'getattr(self._dfpo_config.policy_loss, "dfpo_measure_update_kl", False)', _dfpo_loss
+    ),
     # actor: memory and parallelism (the engine reads fsdp_config; FSDPActorConfig copies SP into it)
     f"{_AR}.actor.use_dynamic_bsz": Reader(_WORKERS, "engine_config.use_dynamic_bsz = self.config.actor.use_dynamic_bsz"),
     f"{_AR}.actor.ppo_max_token_len_per_gpu": Reader(

@@ -1,0 +1,48 @@
+"""Runs that several test modules read, launched once per test session.
+
+Each launch of verl's trainer costs minutes on 2 cores, so a run whose output two modules check is
+shared rather than repeated (docs/cpu.md, "Where CI's time goes").
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.recipe_runs import RecipeRun, run_command
+
+# The whole CPU mode on 2 ranks: about 11 minutes on the slowest 2-core machine measured (AVX2 only);
+# far beyond that something hangs.
+CPU_SMOKE_TIMEOUT_S = 1500
+CPU_SMOKE_RANKS = 2
+
+
+@dataclass
+class CpuSmokeRun:
+    """``bash scripts/gpu_smoke.sh --cpu`` on ``ranks`` CPU ranks: its output and ``OUTPUT_ROOT``."""
+
+    run: RecipeRun
+    output_root: Path
+    ranks: int
+    project: str = "dfpo_gpu_smoke"
+    experiment: str = "dfpo"  # the 2-step training stage (the bypass stage's is "dfpo-bypass")
+    steps: int = 2
+
+
+@pytest.fixture(scope="session")
+def cpu_smoke_run(tmp_path_factory) -> CpuSmokeRun:
+    """The GPU smoke's every stage on CPU (doctor, data and tiny model, DFPO 2 steps through verl's vLLM
+    rollout, 1 bypass-mode step, merge, vLLM evaluation) on 2 ranks, as the tiny recipe runs by
+    default. Read by tests/recipes/test_gpu_smoke.py (the script's stages) and by
+    tests/e2e/test_trainer_cpu.py (the training stage's log, validation and checkpoints)."""
+    output_root = tmp_path_factory.mktemp("cpu_smoke") / "smoke"
+    run = run_command(
+        ["bash", "scripts/gpu_smoke.sh", "--cpu"],
+        {"OUTPUT_ROOT": str(output_root), "PYTHON": sys.executable, "GPUS_PER_NODE": str(CPU_SMOKE_RANKS)},
+        timeout_s=CPU_SMOKE_TIMEOUT_S,
+    )
+    print(f"bash scripts/gpu_smoke.sh --cpu on {CPU_SMOKE_RANKS} ranks: {run.seconds:.0f} s")
+    return CpuSmokeRun(run, output_root, CPU_SMOKE_RANKS)
