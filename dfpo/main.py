@@ -3,7 +3,9 @@
     python -m dfpo.main data.train_files=... actor_rollout_ref.model.path=... \
         actor_rollout_ref.actor.policy_loss.dfpo_transform=orth_proj
 
-It is verl's ``main_ppo`` with three differences, all through verl's extension points: the config
+Before Ray starts, :func:`dfpo.preflight.preflight` checks what would otherwise fail after minutes
+of start-up or learn nothing (the group size, multi-node checkpoint storage, the checkpoint to
+resume). It is verl's ``main_ppo`` with three differences, all through verl's extension points: the config
 is ``dfpo/config/dfpo_trainer.yaml`` (verl's ``ppo_trainer`` plus DFPO's defaults), the Ray
 TaskRunner imports :mod:`dfpo.trainer` so that ``trainer.v1.trainer_mode=dfpo_sync`` (or
 ``dfpo_colocate_async``, ``dfpo_separate_async``) resolves,
@@ -19,6 +21,8 @@ from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
 from verl.utils.device import auto_set_device
+
+from dfpo.preflight import PreflightError, preflight
 
 _TaskRunnerV1 = TaskRunnerV1.__ray_actor_class__
 
@@ -52,6 +56,10 @@ def main(config) -> None:
     auto_set_device(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     check_trainer_mode(config)
+    try:
+        preflight(config)  # before Ray: group size, checkpoint storage, the checkpoint to resume
+    except PreflightError as error:
+        raise SystemExit(f"dfpo preflight: {error}") from None
     run_ppo(config, task_runner_class=ray.remote(num_cpus=1)(DFPOTaskRunner))
 
 

@@ -1,0 +1,200 @@
+"""What ``python -m dfpo.main`` checks before Ray starts, on every path (recipe, quickstart, direct).
+
+A mistake found here costs seconds; the same mistake found by verl costs the start-up of a Ray
+cluster, its workers and its rollout engines (minutes on a GPU node, and the error then surfaces
+deep in a Ray worker, without the knob or the file). Each check names the key or the file and what
+to do:
+
+* **Groups.** DFPO's advantage estimator and DFPO's loss compare the ``G =
+  actor_rollout_ref.rollout.n`` responses of a prompt: with ``G = 1`` every DFPO advantage is 0
+  (:mod:`dfpo.advantage`: a singleton group gets Â = 0 exactly) and the group transform has
+  nothing to equalise, so nothing is learned. (verl's ``grpo`` gives a singleton Â = r_i instead:
+  REINFORCE without a baseline, not what a GRPO baseline means, but it learns; not refused.)
+* **Checkpoint storage.** With ``trainer.nnodes > 1`` every rank writes its shard under
+  ``trainer.default_local_dir``; resume and ``verl.model_merger`` need them all at one path, so it
+  must be shared storage (the filesystem types :mod:`dfpo.doctor` recognises), or the environment
+  says ``ALLOW_LOCAL_CHECKPOINTS=1``.
+* **The checkpoint to resume.** With ``trainer.resume_mode=auto`` verl resumes from the step its
+  tracker file names, and with ``resume_path`` from ``trainer.resume_from_path``. That step's
+  files must be whole: every rank's model, optimizer and extra-state shard
+  (``actor/<kind>_world_size_<W>_rank_<r>.pt``, ranks 0..W-1) and the dataloader state
+  (``data.pt``), each a readable torch archive. A file cut short by a killed writer or a full
+  disk is found from the archive's directory (at its end), without reading the weights. With
+  ``auto``, a damaged latest step falls back to the newest intact earlier one
+  (``resume_mode=resume_path``), saying so; with none, or with ``resume_path``, the run stops
+  naming the file. A tracker naming a step whose folder is missing (verl would silently train
+  from scratch) is treated the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import open_dict
+
+from dfpo.doctor import _existing_parent, filesystem_type, is_shared_filesystem
+
+# verl's tracker of the latest complete checkpoint (verl.utils.checkpoint.checkpoint_manager),
+# written after every rank's shard is saved
+TRACKER_FILE = "latest_checkpointed_iteration.txt"
+SHARD_KINDS = ("model", "optim", "extra_state")
+FSDP_STRATEGIES = ("fsdp", "fsdp2")  # verl's FSDP checkpoint manager: one torch.save archive per rank and kind
+_SHARD = re.compile(r"(model|optim|extra_state)_world_size_(\d+)_rank_(\d+)\.pt")
+
+
+class PreflightError(ValueError):
+    """A setting or file that would make the run fail or learn nothing; the message says which."""
+
+
+def check_group_size(config) -> None:
+    """``rollout.n >= 2`` with DFPO's estimator or loss (a group of one learns nothing)."""
+    n = int(config.actor_rollout_ref.rollout.n)
+    uses = [f"algorithm.adv_estimator={config.algorithm.adv_estimator}"] if str(config.algorithm.adv_estimator) == "dfpo" else []
+    if str(config.actor_rollout_ref.actor.policy_loss.get("loss_mode", "vanilla")) == "dfpo":
+        uses.append("actor_rollout_ref.actor.policy_loss.loss_mode=dfpo")
+    if n < 2 and uses:
+        raise PreflightError(
+            f"actor_rollout_ref.rollout.n={n}: {' and '.join(uses)} compare the responses of each prompt's group, "
+            "and a group of one has advantage 0 and nothing to equalise, so nothing would be learned. Set "
+            "actor_rollout_ref.rollout.n to 2 or more (the recipes' GROUP_SIZE; the paper uses 8)."
+        )
+
+
+def check_checkpoint_storage(config, environ: dict[str, str] | None = None, mounts_text: str | None = None) -> None:
+    """Several nodes need their checkpoint directory on storage every node sees."""
+    environ = os.environ if environ is None else environ
+    nnodes = int(config.trainer.nnodes)
+    if nnodes <= 1 or environ.get("ALLOW_LOCAL_CHECKPOINTS", "0").lower() in ("1", "true", "yes", "on"):
+        return
+    directory = _absolute(str(config.trainer.default_local_dir))
+    fs_type = filesystem_type(_existing_parent(directory), mounts_text)
+    if not is_shared_filesystem(fs_type):
+        raise PreflightError(
+            f"trainer.default_local_dir={directory} is on {fs_type or 'an unknown filesystem'}, not shared storage, "
+            f"with trainer.nnodes={nnodes}: every rank writes its checkpoint shard there, and resume and "
+            "verl.model_merger need all shards at one path. Set OUTPUT_ROOT (or CKPT_DIR, or "
+            "trainer.default_local_dir) to shared storage (NFS, Lustre, GPFS, ...), or export "
+            "ALLOW_LOCAL_CHECKPOINTS=1 if this path is shared in a way this check does not recognise."
+        )
+
+
+@dataclass(frozen=True)
+class CheckpointProblem:
+    path: Path
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.why}"
+
+
+def checkpoint_problem(step_dir: Path) -> CheckpointProblem | None:
+    """The first missing or damaged file of verl checkpoint folder ``global_step_<N>``, or None."""
+    if not step_dir.is_dir():
+        return CheckpointProblem(step_dir, "the folder does not exist")
+    actor = step_dir / "actor"
+    shards: dict[str, dict[int, set[int]]] = {kind: {} for kind in SHARD_KINDS}
+    if actor.is_dir():
+        for path in actor.iterdir():
+            match = _SHARD.fullmatch(path.name)
+            if match:
+                shards[match.group(1)].setdefault(int(match.group(2)), set()).add(int(match.group(3)))
+    if not shards["model"]:
+        return CheckpointProblem(actor, "no model shard (model_world_size_<W>_rank_<r>.pt)")
+    (world_size, *others) = sorted(shards["model"])
+    if others:
+        return CheckpointProblem(actor, f"model shards of several world sizes ({[world_size, *others]})")
+    for kind, by_world in shards.items():
+        ranks = by_world.get(world_size, set())
+        if kind != "model" and not by_world:
+            continue  # not saved (checkpoint.save_contents)
+        missing = sorted(set(range(world_size)) - ranks)
+        if missing:
+            return CheckpointProblem(actor / f"{kind}_world_size_{world_size}_rank_{missing[0]}.pt", "missing")
+    files = [actor / f"{kind}_world_size_{world_size}_rank_{rank}.pt" for kind in SHARD_KINDS if shards[kind] for rank in range(world_size)]
+    data = step_dir / "data.pt"
+    files += [data] if data.exists() else []
+    for path in files:
+        why = _archive_problem(path)
+        if why:
+            return CheckpointProblem(path, why)
+    return None
+
+
+def _archive_problem(path: Path) -> str | None:
+    """Why ``path`` is not a readable torch archive (torch.save's zip format), or None. Reads the
+    archive's directory only, which sits at its end: a file cut short has none."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except (zipfile.BadZipFile, OSError) as error:
+        size = path.stat().st_size if path.exists() else 0
+        return f"not a readable torch archive ({error}; {size} bytes): cut short or overwritten"
+    if not any(name.endswith("data.pkl") for name in names):
+        return "a zip archive without torch's data.pkl: not a torch checkpoint"
+    return None
+
+
+def _absolute(path: str) -> str:
+    return path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
+
+
+def _steps(folder: Path) -> list[int]:
+    found = []
+    for entry in folder.glob("global_step_*"):
+        suffix = entry.name.removeprefix("global_step_")
+        if entry.is_dir() and suffix.isdigit():
+            found.append(int(suffix))
+    return sorted(found, reverse=True)
+
+
+def check_resume_checkpoint(config, say=print) -> None:
+    """Validate the checkpoint verl would resume from; fall back (``auto``) or stop naming the file."""
+    mode = str(config.trainer.resume_mode)
+    if mode == "disable" or str(config.actor_rollout_ref.actor.strategy) not in FSDP_STRATEGIES:
+        return  # another engine's checkpoint layout: verl checks it itself
+    if mode == "resume_path":
+        step_dir = Path(_absolute(str(config.trainer.resume_from_path)))
+        problem = checkpoint_problem(step_dir)
+        if problem:
+            raise PreflightError(
+                f"trainer.resume_from_path={step_dir} cannot be resumed: {problem}. Point it at an intact "
+                "global_step_<N> folder, or set trainer.resume_mode=auto."
+            )
+        return
+    folder = Path(_absolute(str(config.trainer.default_local_dir)))
+    tracker = folder / TRACKER_FILE
+    if not tracker.exists():
+        return  # nothing saved yet: verl trains from scratch
+    text = tracker.read_text().strip()
+    if not text.isdigit():
+        raise PreflightError(f"{tracker} holds {text!r}, not a step number: delete it to resume from the newest intact step, or fix it")
+    latest = int(text)
+    problem = checkpoint_problem(folder / f"global_step_{latest}")
+    if problem is None:
+        return
+    for step in _steps(folder):
+        if step < latest and checkpoint_problem(folder / f"global_step_{step}") is None:
+            with open_dict(config):
+                config.trainer.resume_mode = "resume_path"
+                config.trainer.resume_from_path = str(folder / f"global_step_{step}")
+            say(
+                f"dfpo preflight: the latest checkpoint (step {latest}, named by {tracker}) is damaged: {problem}. "
+                f"Resuming from step {step}, the newest intact one (trainer.resume_from_path={config.trainer.resume_from_path})."
+            )
+            return
+    raise PreflightError(
+        f"the latest checkpoint (step {latest}, named by {tracker}) is damaged: {problem}; and no earlier intact step "
+        f"is under {folder}. Delete {folder / f'global_step_{latest}'} and {tracker} to train from scratch, or set "
+        "trainer.resume_mode=disable (or resume_path to a checkpoint elsewhere)."
+    )
+
+
+def preflight(config, say=print) -> None:
+    """Every check above, in order; may point the run at an earlier checkpoint (see the module)."""
+    check_group_size(config)
+    check_checkpoint_storage(config)
+    check_resume_checkpoint(config, say=say)

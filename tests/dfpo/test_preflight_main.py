@@ -1,0 +1,51 @@
+"""``python -m dfpo.main`` runs dfpo.preflight before Ray: a run that cannot learn or cannot resume
+stops in seconds, naming the key or the file, and starts no Ray cluster.
+
+The command is the tiny CPU recipe's (its ``DRY_RUN=1`` line), run directly: the path that skips
+every check of recipes/common.sh, as a user typing ``python -m dfpo.main ...`` does.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from dfpo.preflight import TRACKER_FILE
+from tests.recipes.recipe_commands import REPO_ROOT, dry_run
+
+pytestmark = pytest.mark.slow
+
+RAY_STARTED = "Started a local Ray instance"
+
+
+def _main(tmp_path, *overrides: str) -> subprocess.CompletedProcess:
+    (command,) = dry_run("run_dfpo_min_replace_tiny_cpu.sh", OUTPUT_ROOT=str(tmp_path), DRY_RUN="1")
+    argv = [sys.executable, *command.argv[1:], *overrides]
+    # far below Ray's start-up: importing verl is most of it (10-20 s on 2 cores)
+    return subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_dfpo_with_a_group_of_one_stops_before_ray_naming_rollout_n(tmp_path):
+    done = _main(tmp_path, "actor_rollout_ref.rollout.n=1")
+    assert done.returncode != 0
+    assert "dfpo preflight: actor_rollout_ref.rollout.n=1:" in done.stderr, done.stderr[-2000:]
+    assert RAY_STARTED not in done.stdout + done.stderr
+
+
+def test_a_damaged_latest_checkpoint_without_an_intact_one_stops_before_ray_naming_the_file(tmp_path):
+    checkpoints = tmp_path / "ckpt"
+    actor = checkpoints / "global_step_3" / "actor"
+    actor.mkdir(parents=True)
+    for kind in ("model", "optim", "extra_state"):
+        for rank in range(2):
+            torch.save({"w": torch.ones(32, 32)}, actor / f"{kind}_world_size_2_rank_{rank}.pt")
+    shard = actor / "model_world_size_2_rank_1.pt"
+    shard.write_bytes(shard.read_bytes()[:100])  # a writer killed mid-file
+    (checkpoints / TRACKER_FILE).write_text("3")
+    done = _main(tmp_path, f"trainer.default_local_dir={checkpoints}", "trainer.resume_mode=auto")
+    assert done.returncode != 0
+    assert f"{shard}: not a readable torch archive" in done.stderr, done.stderr[-2000:]
+    assert RAY_STARTED not in done.stdout + done.stderr
