@@ -18,16 +18,16 @@ LENGTHS = [[6, 4, 5, 3], [7, 5, 3, 6]]
 REWARDS = [[1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 0.0, 0.0]]
 
 
-def _batch(seed: int = 0):
+def _batch(seed: int = 0, lengths_by_group=LENGTHS):
     gen = torch.Generator().manual_seed(seed)
-    rows = GROUP_SIZE * len(LENGTHS)
-    width = max(max(group) for group in LENGTHS)
+    rows = GROUP_SIZE * len(lengths_by_group)
+    width = max(max(group) for group in lengths_by_group)
     mask = torch.zeros(rows, width, dtype=torch.bool)
     advantages = torch.zeros(rows, width, dtype=torch.float64)
-    group_index = torch.arange(len(LENGTHS)).repeat_interleave(GROUP_SIZE)
+    group_index = torch.arange(len(lengths_by_group)).repeat_interleave(GROUP_SIZE)
     old = -torch.rand(rows, width, generator=gen, dtype=torch.float64) - 0.5
     new = old + 0.2 * torch.randn(rows, width, generator=gen, dtype=torch.float64)
-    for g, (lengths, rewards) in enumerate(zip(LENGTHS, REWARDS, strict=True)):
+    for g, (lengths, rewards) in enumerate(zip(lengths_by_group, REWARDS, strict=True)):
         r = torch.tensor(rewards, dtype=torch.float64)
         adv = (r - r.mean()) / (r.std() + 1e-6)
         for j, length in enumerate(lengths):
@@ -42,8 +42,8 @@ def _batch(seed: int = 0):
     return old, new.requires_grad_(True), advantages, mask, group_index, prefix_len
 
 
-def _residual(transform: str, stop_grad: bool = True, split: bool = False) -> tuple[float, int, dict]:
-    old, new, advantages, mask, group_index, prefix_len = _batch()
+def _residual(transform: str, stop_grad: bool = True, split: bool = False, lengths_by_group=LENGTHS) -> tuple[float, int, dict]:
+    old, new, advantages, mask, group_index, prefix_len = _batch(lengths_by_group=lengths_by_group)
     loss, metrics = compute_dfpo_loss(old, new, advantages, mask, group_index, transform=transform, stop_grad=stop_grad)
     recorder = SharedTokenGradientRecorder()
     identity = lambda t: t  # noqa: E731  (the log-probs are already (B, T) response positions)
@@ -75,6 +75,18 @@ def test_the_no_stop_grad_ablation_is_caught_on_the_gradient_where_the_weight_re
     residual, _, metrics = _residual(transform, stop_grad=False)
     assert metrics["dfpo/cancellation_residual_after"] < 1e-12  # the weights still cancel exactly
     assert residual > 1e-3  # the gradient does not (measured: about 1e-2)
+
+
+@pytest.mark.parametrize("transform", ["min_replace", "orth_proj"])
+def test_the_ablation_cancels_too_where_a_group_s_responses_have_equal_lengths(transform):
+    """Its extra gradient on a shared token is Σ_j ∂F/∂W_j · W_j/L_j with F = Σ_i Â_i L_i W̃_i(W): for
+    equal L it is F/L (Euler: both transforms are homogeneous of degree 1), and F is the transform's
+    own cancellation, 0. Why a run whose responses all reach the length limit cannot show the
+    ablation (docs/exactness.md)."""
+    equal, groups, _ = _residual(transform, stop_grad=False, lengths_by_group=[[5, 5, 5, 5], [6, 6, 6, 6]])
+    assert groups == 2 and equal < 1e-12
+    one_longer, _, _ = _residual(transform, stop_grad=False, lengths_by_group=[[5, 5, 5, 6], [6, 6, 6, 6]])
+    assert one_longer > 1e-3
 
 
 def test_micro_batch_split_gives_the_same_residual():
