@@ -5,7 +5,8 @@
 
 Before Ray starts, :func:`dfpo.preflight.preflight` checks what would otherwise fail after minutes
 of start-up or learn nothing (the group size, multi-node checkpoint storage, the checkpoint to
-resume). It is verl's ``main_ppo`` with three differences, all through verl's extension points: the config
+resume); while it runs, :mod:`dfpo.node_watch` ends it within seconds of a lost Ray node. It is
+verl's ``main_ppo`` with three differences, all through verl's extension points: the config
 is ``dfpo/config/dfpo_trainer.yaml`` (verl's ``ppo_trainer`` plus DFPO's defaults), the Ray
 TaskRunner imports :mod:`dfpo.trainer` so that ``trainer.v1.trainer_mode=dfpo_sync`` (or
 ``dfpo_colocate_async``, ``dfpo_separate_async``) resolves,
@@ -22,6 +23,7 @@ from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
 from verl.utils.device import auto_set_device
 
+from dfpo.node_watch import NodeWatch, run_watched
 from dfpo.preflight import PreflightError, preflight
 
 _TaskRunnerV1 = TaskRunnerV1.__ray_actor_class__
@@ -60,7 +62,12 @@ def main(config) -> None:
         preflight(config)  # before Ray: group size, checkpoint storage, the checkpoint to resume
     except PreflightError as error:
         raise SystemExit(f"dfpo preflight: {error}") from None
-    run_ppo(config, task_runner_class=ray.remote(num_cpus=1)(DFPOTaskRunner))
+    try:
+        watch = NodeWatch.from_environment()
+    except ValueError as error:
+        raise SystemExit(f"dfpo: {error}") from None
+    # a lost Ray node ends the run in seconds (exit status 75), not after the collectives' timeout
+    run_watched(lambda: run_ppo(config, task_runner_class=ray.remote(num_cpus=1)(DFPOTaskRunner)), watch, shutdown=ray.shutdown)
 
 
 if __name__ == "__main__":

@@ -11,9 +11,12 @@ every node. The token file is the one a user without shared home directories wou
 What a multi-node run must get right, checked here: one FSDP rank on each node (Ray's actor
 table), dfpo's verl plugin and ``VERL_PLATFORM=cpu`` in every process of both nodes that runs
 verl (a probe, ``tests/e2e/process_probe/sitecustomize.py``, records each one), the checkpoint
-shards of both ranks under the one ``OUTPUT_ROOT``, the same recipe through ``ray job submit``
-with the knobs in the job's runtime environment, followed to completion and resuming the first run
-at the next step, the token never in a log, a process's arguments or environment, and both nodes
+shards of both ranks under the one ``OUTPUT_ROOT``; the worker node lost mid-run (every process of
+its Ray killed by process id after step 1's checkpoint): the run ends by itself within a bound,
+naming the node, with exit status 75 and the run's actors on the head ended too
+(:mod:`dfpo.node_watch`); the node started again, the same recipe through ``ray job submit`` with
+the knobs in the job's runtime environment, followed to completion and resuming the lost run at
+the step after its last complete checkpoint, none lost and none repeated, the token never in a log, a process's arguments or environment, and both nodes
 stopped by the launcher with every process they started gone. Whatever is left at the end is
 ended by its process id (other Ray clusters on the machine are left alone).
 """
@@ -47,6 +50,12 @@ RECIPE = "run_dfpo_min_replace_tiny_cpu.sh"
 EXPERIMENT = "dfpo_min_replace-tiny_cpu-g8-seed1"
 RUN_TIMEOUT_S = 600
 LAUNCH_TIMEOUT_S = 240
+STEPS = 3
+# dfpo.main's node watch period here (its default: 10 s) and the bound this test holds the run to
+# from the loss to its end: Ray marks the node dead in about 15 s (GCS health checks), then the
+# watch ends the driver; gloo's own timeout would be 30 minutes
+NODE_WATCH_S = 2
+NODE_LOSS_EXIT_BOUND_S = 120
 NODE_PORTS = 8  # node manager, object manager, agent (2), runtime env agent, metrics, client server, spare
 WORKER_PORTS = 200  # each node's own worker port range
 
@@ -154,10 +163,9 @@ def _watch(cluster: Cluster, stop: threading.Event) -> None:
     """Record every process of the cluster and of the test's commands while they run, and
     whether the token shows in any process's arguments or environment."""
     token = cluster.token_file.read_bytes().strip()
-    roots = [os.getpid(), cluster.head.pid, cluster.worker.pid]
     checked: set[int] = set()
     while not stop.is_set():
-        for root in roots:
+        for root in (os.getpid(), cluster.head.pid, cluster.worker.pid):  # the worker's pid changes when it is restarted
             try:
                 pids = [root, *(child.pid for child in psutil.Process(root).children(recursive=True))]
             except psutil.Error:
@@ -297,24 +305,100 @@ def _training_steps(steps: dict[int, dict]) -> list[int]:
     return sorted(step for step, metrics in steps.items() if "actor/grad_norm" in metrics)
 
 
+def _node_processes(node: Node) -> list[psutil.Process]:
+    """Every process of a node's Ray: its `ray start --block` and everything under it (raylet,
+    agents, the workers and actors the raylet started)."""
+    root = psutil.Process(node.pid)
+    return [root, *root.children(recursive=True)]
+
+
+def _lose_node(node: Node) -> int:
+    """The node lost as a machine is lost: every process of its Ray killed at once (SIGKILL, by
+    process id). Returns how many."""
+    processes = _node_processes(node)
+    for process in processes:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(processes, timeout=10)
+    return len(processes)
+
+
+@dataclass
+class NodeLoss:
+    run: RecipeRun
+    actors: list[dict]
+    nodes: dict[str, str]  # {"head": id, "worker": id} during the run (a restarted node gets a new id)
+    logs: dict[Path, dict[int, dict]]  # the run's file log: {path: {step: metrics}}
+    lost_node_id: str
+    killed: int
+    seconds_to_exit: float
+    checkpoint_at_loss: int
+    actors_alive_after: list[dict]
+
+
 @pytest.fixture(scope="module")
 def first_run(cluster):
+    """The recipe for 3 steps on both nodes, a checkpoint every step; once step 1 is logged and its
+    checkpoint complete (verl's tracker says 1), the worker node is lost mid-run: every process of its Ray
+    killed. The run must end on its own, saying which node, well before any collective times out.
+    Then the worker node is started again, as a user would, for the resume (``job_run``)."""
     before = {actor["actor_id"] for actor in cluster.state("actors")}
-    run = run_recipe(RECIPE, _recipe_env(cluster, TOTAL_TRAINING_STEPS="1"), timeout_s=RUN_TIMEOUT_S)
+    nodes = cluster.node_ids()
+    tracker = cluster.output_root / "checkpoints" / "dfpo" / EXPERIMENT / "latest_checkpointed_iteration.txt"
+    env = _recipe_env(cluster, TOTAL_TRAINING_STEPS=str(STEPS), DFPO_NODE_WATCH_S=str(NODE_WATCH_S))
+    outcome: dict = {}
+    launcher = threading.Thread(target=lambda: outcome.update(run=run_recipe(RECIPE, env, timeout_s=RUN_TIMEOUT_S)), daemon=True)
+    launcher.start()
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    log_dir = cluster.output_root / "logs" / "dfpo"
+
+    def step_1_done() -> bool:  # its checkpoint complete (verl writes the tracker last) and its metrics logged
+        logged = any(1 in _training_steps(steps) for steps in file_log_steps(log_dir).values()) if log_dir.exists() else False
+        return logged and tracker.exists() and tracker.read_text().strip() == "1"
+
+    while not step_1_done():
+        assert launcher.is_alive() and time.monotonic() < deadline, "the run ended or stalled before step 1's checkpoint: " + (
+            outcome["run"].tail() if "run" in outcome else "still running"
+        )
+        time.sleep(0.2)
+    killed = _lose_node(cluster.worker)
+    lost_at = time.monotonic()
+    launcher.join(timeout=NODE_LOSS_EXIT_BOUND_S + 30)
+    assert not launcher.is_alive(), f"the run did not end within {NODE_LOSS_EXIT_BOUND_S} s of losing the worker node"
+    run = outcome["run"]
     cluster.runs["first"] = run
-    print(f"first run (1 step on 2 nodes): {run.seconds:.0f} s", file=sys.stderr)
-    _check_exit(run)
-    return run, _new_actors(cluster, before)
+    seconds_to_exit = time.monotonic() - lost_at
+    print(f"first run: worker node lost after step 1's checkpoint ({killed} processes killed); the run ended {seconds_to_exit:.0f} s later", file=sys.stderr)
+    actors = _new_actors(cluster, before)
+    # Ray ends the job's actors on the surviving node when its driver ends
+    deadline = time.monotonic() + 60
+    while True:
+        alive = [actor for actor in _new_actors(cluster, before) if actor["state"] != "DEAD"]
+        if not alive or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    checkpoint_at_loss = int(tracker.read_text().strip())
+    # the worker node back, as docs/recipes.md says: ray_cluster.sh worker <head>, then wait for both
+    done = _launch(["worker", cluster.address, *cluster.worker.ray_start_args], {**cluster.client_env, "DFPO_RAY_DIR": str(cluster.worker.ray_dir)}, cluster.launcher_output)
+    assert done.returncode == 0, f"restarting the worker node failed:\n{done.stdout}\n{done.stderr}"
+    cluster.worker.pid = int((cluster.worker.ray_dir / "ray.pid").read_text())
+    done = _launch(["wait", cluster.address, "2"], cluster.client_env, cluster.launcher_output)
+    assert done.returncode == 0, f"ray_cluster.sh wait failed after the restart:\n{done.stdout}\n{done.stderr}"
+    logs = file_log_steps(cluster.output_root / "logs" / "dfpo")
+    return NodeLoss(run, actors, nodes, logs, nodes["worker"], killed, seconds_to_exit, checkpoint_at_loss, alive)
 
 
 @pytest.fixture(scope="module")
 def job_run(cluster, first_run):
-    """Step 2 of the same experiment as a Ray job: both the job submission and the resume on two
-    nodes (one launch for both, to keep CI's budget: each launch costs about 2-3 minutes here)."""
+    """The same experiment relaunched as a Ray job after the node loss: the job submission, and the
+    resume on two nodes from the last complete checkpoint (one launch for all three, to keep CI's
+    budget: each launch costs about 2-3 minutes here)."""
     before = {actor["actor_id"] for actor in cluster.state("actors")}
     logs_before = set(file_log_steps(cluster.output_root / "logs" / "dfpo"))
     submission_id = f"dfpo-multi-node-test-{os.getpid()}"
-    knobs = _recipe_env(cluster, TOTAL_TRAINING_STEPS="2", EXPERIMENT_NAME=EXPERIMENT, SUBMISSION_ID=submission_id)
+    knobs = _recipe_env(cluster, TOTAL_TRAINING_STEPS=str(STEPS), EXPERIMENT_NAME=EXPERIMENT, SUBMISSION_ID=submission_id)
     # as docs/recipes.md has it: RAY_ADDRESS is the head's dashboard for the job commands
     knobs["RAY_ADDRESS"] = cluster.dashboard
     submitted = run_command(["bash", str(JOB_SUBMIT), f"recipes/{RECIPE}"], knobs, timeout_s=120)
@@ -327,7 +411,7 @@ def job_run(cluster, first_run):
         timeout_s=RUN_TIMEOUT_S,
     )
     cluster.runs["job"] = followed
-    print(f"ray job submit run (step 2 on 2 nodes, resumed), followed: {followed.seconds:.0f} s", file=sys.stderr)
+    print(f"ray job submit run (resumed on 2 nodes after the node loss), followed: {followed.seconds:.0f} s", file=sys.stderr)
     status = cluster.ray("job", "status", submission_id, RAY_ADDRESS=cluster.dashboard)
     # "Status for job '<id>': SUCCEEDED" / "Job '<id>' succeeded"
     assert "succeeded" in (status.stdout + status.stderr).lower(), f"{status.stdout}\n{status.stderr}\njob log:\n{followed.tail()}"
@@ -357,27 +441,37 @@ def test_a_client_with_another_token_or_without_token_mode_is_refused(cluster):
 
 
 def test_one_rank_on_each_node(cluster, first_run):
-    _, actors = first_run
-    ranks = _rank_actors(actors)
-    nodes = cluster.node_ids()
-    assert len(ranks) == 2, [(actor["class_name"], actor.get("required_resources")) for actor in actors]
-    assert {actor["node_id"] for actor in ranks} == set(nodes.values()), ranks
+    ranks = _rank_actors(first_run.actors)
+    assert len(ranks) == 2, [(actor["class_name"], actor.get("required_resources")) for actor in first_run.actors]
+    assert {actor["node_id"] for actor in ranks} == set(first_run.nodes.values()), ranks
 
 
 def test_plugin_and_platform_in_every_process_of_both_nodes(cluster, first_run):
-    _, actors = first_run
     records = [json.loads(path.read_text()) for path in cluster.probe_records.glob("*.json")]
     assert records, "no process recorded an import of verl"
     for record in records:
         assert record["verl_platform"] == "cpu", record
         assert record["plugin_loaded"] and record["dfpo_loss_registered"] and record["cpu_backend_active"], record
-    nodes = cluster.node_ids()
-    on_node = {node: [r for r in records if r.get("node_id") == node_id] for node, node_id in nodes.items()}
+    on_node = {node: [r for r in records if r.get("node_id") == node_id] for node, node_id in first_run.nodes.items()}
     assert on_node["head"] and on_node["worker"], f"records per node: { {k: len(v) for k, v in on_node.items()} }"
     # both FSDP ranks ran verl under the probe (their processes are among the records)
     recorded_pids = {record["pid"] for record in records}
-    for actor in _rank_actors(actors):
+    for actor in _rank_actors(first_run.actors):
         assert actor["pid"] in recorded_pids, actor
+
+
+def test_a_lost_worker_node_ends_the_run_in_bounded_time_saying_which(cluster, first_run):
+    """dfpo.node_watch: the driver ends with status 75 (EX_TEMPFAIL) naming the node, not after
+    gloo's 30-minute timeout, and Ray ends the run's actors on the surviving node with it."""
+    run = first_run.run
+    assert first_run.killed >= 3, first_run.killed  # ray start, raylet, rank 1 at least
+    assert run.returncode == 75, f"exit {run.returncode}:\n{run.tail()}"
+    assert first_run.seconds_to_exit < NODE_LOSS_EXIT_BOUND_S
+    message = next((line for line in run.output.splitlines() if "was lost during the run" in line), "")
+    assert f"Ray node {first_run.lost_node_id} (" in message, run.tail()
+    assert "relaunch the same command" in message
+    assert first_run.actors_alive_after == [], [(a["class_name"], a["state"], a["node_id"]) for a in first_run.actors_alive_after]
+    assert first_run.checkpoint_at_loss == 1
 
 
 def test_checkpoint_shards_of_both_ranks_under_the_shared_output_root(cluster, first_run):
@@ -388,15 +482,19 @@ def test_checkpoint_shards_of_both_ranks_under_the_shared_output_root(cluster, f
             assert (actor / f"{kind}_world_size_2_rank_{rank}.pt").is_file(), f"{kind} of rank {rank} missing in {actor}"
 
 
-def test_resume_on_two_nodes_continues_at_the_next_step(cluster, job_run):
+def test_resume_after_the_node_loss_continues_at_the_next_step_losing_and_repeating_none(cluster, first_run, job_run):
     followed, _, _, new_logs = job_run
     assert len(new_logs) == 1, sorted(map(str, new_logs))
-    (steps,) = new_logs.values()
-    assert _training_steps(steps) == [2], followed.tail()
+    (resumed,) = new_logs.values()
+    (before,) = first_run.logs.values()
+    done = first_run.checkpoint_at_loss
+    # the lost run logged exactly the steps its checkpoint holds; the relaunch trains the rest
+    assert _training_steps(before) == list(range(1, done + 1)), first_run.run.tail()
+    assert _training_steps(resumed) == list(range(done + 1, STEPS + 1)), followed.tail()
     experiment = cluster.output_root / "checkpoints" / "dfpo" / EXPERIMENT
-    assert (experiment / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    assert (experiment / "latest_checkpointed_iteration.txt").read_text().strip() == str(STEPS)
     for rank in range(2):
-        assert (experiment / "global_step_2" / "actor" / f"model_world_size_2_rank_{rank}.pt").is_file()
+        assert (experiment / f"global_step_{STEPS}" / "actor" / f"model_world_size_2_rank_{rank}.pt").is_file()
 
 
 def test_ray_job_submit_runs_the_recipe_across_both_nodes_with_the_knobs(cluster, job_run):
@@ -405,7 +503,7 @@ def test_ray_job_submit_runs_the_recipe_across_both_nodes_with_the_knobs(cluster
     env_vars = jobs[0]["runtime_env"]["env_vars"]
     for knob in ("NNODES", "GPUS_PER_NODE", "OUTPUT_ROOT", "TOTAL_TRAINING_STEPS", "EXPERIMENT_NAME", "ALLOW_LOCAL_CHECKPOINTS", "PYTHON"):
         assert knob in env_vars, sorted(env_vars)
-    assert env_vars["TOTAL_TRAINING_STEPS"] == "2" and env_vars["EXPERIMENT_NAME"] == EXPERIMENT
+    assert env_vars["TOTAL_TRAINING_STEPS"] == str(STEPS) and env_vars["EXPERIMENT_NAME"] == EXPERIMENT
     assert not any(key.startswith("RAY_AUTH") for key in env_vars), sorted(env_vars)
     # the knobs reached the recipe: its run is named, sized and stored as exported at submission
     assert [path.name.split(".")[0] for path in new_logs] == [EXPERIMENT], followed.tail()
