@@ -5,7 +5,9 @@
 actor worker. separate_async samples through verl's vLLM rollout on CPU — a standalone vLLM replica
 on a rank of its own, fed after every step through the ``local`` gloo checkpoint engine (the GPU
 default, NCCL, needs CUDA); colocate_async uses dfpo's local rollout server (what it adds over the
-synchronous runs is verl's scheduling, and the local server starts faster). Each run is checked for its steps, an
+synchronous runs is verl's scheduling, and the local server starts faster), and a reward whose
+scorer raises for some problems and hangs for others (``faulty_reward.py``): each fault must be
+bounded, scored 0 and counted, and training must go on. Each run is checked for its steps, an
 exact transform (DFPO's residual after < 1e-6) and the ``dfpo/`` staleness diagnostics; the
 separate-async run also for what its two local updates per step do (the second trains on π_old's
 log-probs, so DFPO's pre-pass forwards it).
@@ -16,14 +18,14 @@ from __future__ import annotations
 import pytest
 
 from dfpo.run_checks import ROLLOUT_GAP_BOUNDS
-from tests.e2e.recipe_runs import file_log_steps, run_recipe
+from tests.e2e.recipe_runs import REPO_ROOT, RecipeRun, file_log_steps, run_recipe
 
 pytestmark = pytest.mark.slow
 
 RUN_TIMEOUT_S = 900
 
 
-def _run(output_root, mode: str, steps: int, rollout: str) -> dict[int, dict]:
+def _run(output_root, mode: str, steps: int, rollout: str, args: tuple[str, ...] = ()) -> tuple[dict[int, dict], RecipeRun]:
     run = run_recipe(
         "run_dfpo_min_replace_tiny_cpu.sh",
         # one training rank (separate_async: plus its rollout rank); validation after training only
@@ -31,6 +33,7 @@ def _run(output_root, mode: str, steps: int, rollout: str) -> dict[int, dict]:
             "OUTPUT_ROOT": str(output_root), "TRAINER_MODE": mode, "TOTAL_TRAINING_STEPS": str(steps),
             "GPUS_PER_NODE": "1", "VAL_BEFORE_TRAIN": "false", "ROLLOUT_NAME": rollout,
         },
+        args,
         timeout_s=RUN_TIMEOUT_S,
     )
     assert run.returncode == 0, f"TRAINER_MODE={mode} exited with {run.returncode}:\n{run.tail()}"
@@ -39,7 +42,7 @@ def _run(output_root, mode: str, steps: int, rollout: str) -> dict[int, dict]:
     experiment = f"dfpo_min_replace-tiny_cpu-g8-seed1-{mode}"
     logs = [s for path, s in file_log_steps(output_root / "logs" / "dfpo").items() if path.name.startswith(experiment + ".")]
     assert len(logs) == 1, run.tail()
-    return logs[0]
+    return logs[0], run
 
 
 @pytest.fixture(scope="module")
@@ -48,13 +51,26 @@ def output_root(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def colocate_log(output_root):
-    return _run(output_root, "colocate_async", 2, rollout="local")
+def colocate_run(output_root):
+    """colocate_async with a reward whose scorer raises for some problems and hangs for others
+    (tests/e2e/faulty_reward.py, a 3 s call limit): one launch for both, to keep CI's budget."""
+    return _run(
+        output_root, "colocate_async", 2, rollout="local",
+        args=(
+            f"reward.custom_reward_function.path='{REPO_ROOT / 'tests' / 'e2e' / 'faulty_reward.py'}'",
+            "+reward.custom_reward_function.reward_kwargs.call_timeout_s=3",
+        ),
+    )
+
+
+@pytest.fixture(scope="module")
+def colocate_log(colocate_run):
+    return colocate_run[0]
 
 
 @pytest.fixture(scope="module")
 def separate_log(output_root):
-    return _run(output_root, "separate_async", 2, rollout="vllm")
+    return _run(output_root, "separate_async", 2, rollout="vllm")[0]
 
 
 def _training_steps(steps: dict[int, dict]) -> list[int]:
@@ -104,3 +120,12 @@ def test_separate_async_runs_on_its_own_rollout_rank_with_two_local_updates_per_
     # (from step 2 on the responses come from the policy one sync behind, by design)
     assert separate_log[1]["training/rollout_probs_diff_max"] < ROLLOUT_GAP_BOUNDS["fp32"]
     assert any(key.startswith("val-core/") for key in separate_log[2])
+
+
+def test_a_reward_that_raises_or_hangs_is_bounded_scored_zero_counted_and_training_goes_on(colocate_run):
+    steps, run = colocate_run
+    assert _training_steps(steps) == [1, 2], run.tail()
+    # validation holds 0+0 (raises) and 4+3 (hangs) among its 5 problems: 2 of 5 failed and were counted
+    assert steps[2]["val-aux/arithmetic_test/scorer_failed/mean@4"] == pytest.approx(2 / 5)
+    assert "injected scorer fault" in run.output
+    assert "did not return within 3 s" in run.output
