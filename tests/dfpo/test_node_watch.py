@@ -7,6 +7,7 @@ Ray cluster is tests/e2e/test_multi_node_cpu.py.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
@@ -29,6 +30,11 @@ class Table:
     def __call__(self) -> list[dict]:
         self.reads += 1
         return list(self.rows)
+
+
+def _never_exit(status: int) -> None:
+    """The watch's last resort (os._exit) would end the test process: refuse it here."""
+    raise AssertionError(f"the watch tried to exit the process with status {status}")
 
 
 def wait_for(condition, timeout: float = 5.0) -> bool:
@@ -66,7 +72,7 @@ def test_a_node_lost_during_the_run_is_named_and_the_driver_interrupted():
 def test_a_node_that_joins_later_is_watched_from_then():
     table = Table([node("head")])
     interrupted = threading.Event()
-    watch = NodeWatch(period_s=0.01, nodes=table, ready=lambda: True, interrupt=interrupted.set, say=lambda _: None)
+    watch = NodeWatch(period_s=0.01, exit_now=_never_exit, nodes=table, ready=lambda: True, interrupt=interrupted.set, say=lambda _: None)
     watch.start()
     assert wait_for(lambda: table.reads >= 2)
     table.rows = [node("head"), node("late")]
@@ -88,7 +94,7 @@ def test_nothing_is_read_before_ray_is_up_and_a_failing_read_is_retried():
             raise ConnectionError("GCS busy")
         return [node("head")]
 
-    watch = NodeWatch(period_s=0.01, nodes=flaky, ready=up.is_set, interrupt=pytest.fail, say=pytest.fail)
+    watch = NodeWatch(period_s=0.01, exit_now=_never_exit, nodes=flaky, ready=up.is_set, interrupt=pytest.fail, say=pytest.fail)
     watch.start()
     time.sleep(0.1)
     assert calls == []
@@ -109,10 +115,19 @@ def test_a_driver_that_does_not_end_after_the_interrupt_exits_with_the_node_lost
     watch.stop()
 
 
-def test_run_watched_turns_the_interrupt_into_the_node_lost_status_after_shutdown():
+@pytest.fixture
+def python_sigint_handler():
+    """Python's own SIGINT handler (KeyboardInterrupt), whatever an earlier test left installed."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_run_watched_turns_the_interrupt_into_the_node_lost_status_after_shutdown(python_sigint_handler):
     table = Table([node("head"), node("worker")])
     shut = []
-    watch = NodeWatch(period_s=0.01, grace_s=5, nodes=table, ready=lambda: True, say=lambda _: None)
+    exited = []
+    watch = NodeWatch(period_s=0.01, grace_s=5, nodes=table, ready=lambda: True, exit_now=exited.append, say=lambda _: None)
 
     def run():  # verl's run_ppo, blocked until the interrupt arrives
         assert wait_for(lambda: table.reads >= 2)
@@ -121,17 +136,17 @@ def test_run_watched_turns_the_interrupt_into_the_node_lost_status_after_shutdow
 
     with pytest.raises(SystemExit) as ended:
         run_watched(run, watch, shutdown=lambda: shut.append(True))
-    assert ended.value.code == NODE_LOST_EXIT_STATUS and shut == [True]
+    assert ended.value.code == NODE_LOST_EXIT_STATUS and shut == [True] and exited == []
 
 
-def test_run_watched_leaves_a_user_interrupt_and_a_normal_end_alone():
+def test_run_watched_leaves_a_user_interrupt_and_a_normal_end_alone(python_sigint_handler):
     def interrupted():
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run_watched(interrupted, NodeWatch(period_s=0.01, nodes=Table([node("head")]), ready=lambda: True))
+        run_watched(interrupted, NodeWatch(period_s=0.01, exit_now=_never_exit, nodes=Table([node("head")]), ready=lambda: True))
     done = []
-    run_watched(lambda: done.append(True), NodeWatch(period_s=0.01, nodes=Table([node("head")]), ready=lambda: True))
+    run_watched(lambda: done.append(True), NodeWatch(period_s=0.01, exit_now=_never_exit, nodes=Table([node("head")]), ready=lambda: True))
     run_watched(lambda: done.append(True), None)
     assert done == [True, True]
 
@@ -155,7 +170,7 @@ def test_a_ray_error_before_the_watch_saw_the_loss_is_confirmed_from_the_node_ta
 
     table = Table([node("head"), node("worker")])
     said = []
-    watch = NodeWatch(period_s=0.01, nodes=table, ready=lambda: True, interrupt=pytest.fail, say=said.append)
+    watch = NodeWatch(period_s=0.01, exit_now=_never_exit, nodes=table, ready=lambda: True, interrupt=pytest.fail, say=said.append)
 
     def run():
         assert wait_for(lambda: table.reads >= 2)  # the worker is watched
@@ -171,7 +186,7 @@ def test_a_ray_error_before_the_watch_saw_the_loss_is_confirmed_from_the_node_ta
 
 
 def test_other_errors_are_raised_as_they_are_without_waiting():
-    watch = NodeWatch(period_s=0.01, nodes=Table([node("head"), node("worker")]), ready=lambda: True, interrupt=pytest.fail)
+    watch = NodeWatch(period_s=0.01, exit_now=_never_exit, nodes=Table([node("head"), node("worker")]), ready=lambda: True, interrupt=pytest.fail)
     started = time.monotonic()
     with pytest.raises(ValueError, match="a bug"):
         run_watched(lambda: (_ for _ in ()).throw(ValueError("a bug")), watch)
