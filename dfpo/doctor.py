@@ -345,6 +345,11 @@ def is_shared_filesystem(fs_type: str | None) -> bool:
     return fs_type is not None and (fs_type in SHARED_FS_TYPES or fs_type.startswith(SHARED_FS_PREFIXES))
 
 
+def storage_type(path: str, mounts_text: str | None = None) -> str | None:
+    """The filesystem ``path`` is (or would be created) on: its nearest existing ancestor's."""
+    return filesystem_type(_existing_parent(path), mounts_text)
+
+
 def _existing_parent(path: str) -> str:
     while path and not os.path.exists(path):
         parent = os.path.dirname(path.rstrip("/"))
@@ -372,7 +377,7 @@ def check_paths(env: dict[str, str], mounts_text: str | None = None) -> list[Che
         if must_exist and not os.path.exists(path):
             checks.append(Check(knob, FAIL, f"{path} does not exist", "download / prepare it (docs/recipes.md, docs/data.md) or fix the path"))
             continue
-        fs_type = filesystem_type(_existing_parent(path), mounts_text)
+        fs_type = storage_type(path, mounts_text)
         where = f"{path} on {fs_type or 'an unknown filesystem'}"
         if nnodes > 1 and not is_shared_filesystem(fs_type):
             status = FAIL if knob == "OUTPUT_ROOT" else WARN

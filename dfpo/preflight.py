@@ -36,7 +36,7 @@ from pathlib import Path
 
 from omegaconf import open_dict
 
-from dfpo.doctor import _existing_parent, filesystem_type, is_shared_filesystem
+from dfpo.doctor import is_shared_filesystem, storage_type
 
 # verl's tracker of the latest complete checkpoint (verl.utils.checkpoint.checkpoint_manager),
 # written after every rank's shard is saved
@@ -71,7 +71,7 @@ def check_checkpoint_storage(config, environ: dict[str, str] | None = None, moun
     if nnodes <= 1 or environ.get("ALLOW_LOCAL_CHECKPOINTS", "0").lower() in ("1", "true", "yes", "on"):
         return
     directory = _absolute(str(config.trainer.default_local_dir))
-    fs_type = filesystem_type(_existing_parent(directory), mounts_text)
+    fs_type = storage_type(directory, mounts_text)
     if not is_shared_filesystem(fs_type):
         raise PreflightError(
             f"trainer.default_local_dir={directory} is on {fs_type or 'an unknown filesystem'}, not shared storage, "
