@@ -191,3 +191,41 @@ def test_other_errors_are_raised_as_they_are_without_waiting():
     with pytest.raises(ValueError, match="a bug"):
         run_watched(lambda: (_ for _ in ()).throw(ValueError("a bug")), watch)
     assert time.monotonic() - started < 5
+
+
+def test_a_loss_the_thread_finds_while_the_driver_handles_a_ray_error_does_not_interrupt_it(python_sigint_handler):
+    """Seen in CI: verl raised the lost node's Ray error first; the watch's own check found the
+    node dead a moment later, while the driver was already asking the node table, and its
+    interrupt (a KeyboardInterrupt there) ended the driver with status 1 instead of 75."""
+    from ray.exceptions import RayError
+
+    table = Table([node("head"), node("worker")])
+    interrupts, exited = [], []
+    watch = NodeWatch(period_s=0.01, grace_s=5, nodes=table, ready=lambda: True, interrupt=lambda: interrupts.append(1), exit_now=exited.append, say=lambda _: None)
+
+    def run():
+        assert wait_for(lambda: table.reads >= 2)
+        threading.Timer(0.2, lambda: setattr(table, "rows", [node("head")])).start()
+        raise RayError("The actor died unexpectedly before finishing this task.")
+
+    with pytest.raises(SystemExit) as ended:
+        run_watched(run, watch)
+    assert ended.value.code == NODE_LOST_EXIT_STATUS
+    assert [n.node_id for n in watch.lost] == ["worker"] and interrupts == [] and exited == []
+
+
+def test_the_watch_interrupt_arriving_while_the_driver_decides_still_ends_with_the_node_lost_status(python_sigint_handler, monkeypatch):
+    """The interrupt sent just before the driver said it was ending lands in its handler: the
+    loss it carries is recorded, so the driver still ends with the node-lost status."""
+    from ray.exceptions import RayError
+
+    watch = NodeWatch(period_s=60, exit_now=_never_exit, nodes=Table([node("head"), node("worker")]), ready=lambda: True, say=lambda _: None)
+
+    def interrupted_while_confirming(timeout_s: float, poll_s: float = 1.0) -> bool:
+        watch._report(lost_nodes({"worker": node("worker")}, [node("head")]))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(watch, "confirm_loss", interrupted_while_confirming)
+    with pytest.raises(SystemExit) as ended:
+        run_watched(lambda: (_ for _ in ()).throw(RayError("actor died")), watch)
+    assert ended.value.code == NODE_LOST_EXIT_STATUS
