@@ -146,7 +146,7 @@ class PrecisionError(ValueError):
 class Choice:
     """One resolved dtype: what was asked for, what runs, and why."""
 
-    knob: str  # the setting's name, e.g. ACTOR_DTYPE or --eval-dtype
+    knob: str  # the setting's name, e.g. ACTOR_DTYPE or --dtype
     requested: str  # auto, or an explicit dtype as written
     dtype: str  # float32 or bfloat16
     reason: str

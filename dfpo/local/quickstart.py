@@ -9,12 +9,14 @@ Stages, each through the same command a user runs for the real thing:
    (``python -m dfpo.local.prepare --model smollm2_135m``);
 2. and 3. training — DFPO (Min-Replace) and GSPO, each
    ``bash recipes/run_<method>_smollm2_135m_cpu.sh``, i.e. ``python -m dfpo.main`` and verl's whole
-   trainer on CPU ranks (one progress line per step: training reward, greedy held-out accuracy at
-   validation steps, the learning-tax residual before and after DFPO's transform);
-4. checkpoints to Hugging Face models (``python -m verl.model_merger merge --backend fsdp``) and
-   evaluation of the start and each result on the held-out sums, which no run trains on
-   (``python -m dfpo.evaluation.generate``: k samples per problem at temperature 0.6,
-   scored by ``reward/score.py``);
+   trainer on CPU ranks (one progress line per step: training reward, held-out accuracy at
+   validation steps, the learning-tax residual before and after DFPO's transform). The held-out
+   evaluation is verl's own validation in the same run: k samples per held-out problem (sums no
+   run trains on) at temperature 0.6 from verl's vLLM engine, scored by ``reward/score.py``
+   through verl's reward manager, before the first step (the start), halfway and after the last
+   step; verl writes every sample (``trainer.validation_data_dir``);
+4. the start's and each result's validation samples as evaluation runs
+   (:mod:`dfpo.evaluation.from_validation`: the very samples, matched to their problems);
 5. report — ``python -m dfpo.evaluation.report``: the Table 1-style table (avg@k with bootstrap
    CIs over problems, paired tests against GSPO), its figures (accuracy bars, training curves,
    the other ``dfpo/`` diagnostics), and ``report/quickstart.json``.
@@ -23,10 +25,10 @@ Stages, each through the same command a user runs for the real thing:
 
     {"model": "SmolLM2-135M-Instruct", "pretrained": true, "steps": N, "seed": s, "ranks": r,
      "precision": {"actor": {"requested": "auto", "dtype": "float32", "reason": "auto: no native bf16: ..."},
-                   "rollout": {...}, "evaluation": {...},
+                   "rollout": {...},
                    "cpu": {"capability": "AVX2", "fp32_ms": ..., "bf16_ms": ..., "native_bf16": false, ...}},
      "seconds": {"total": ..., "prepare": ..., "train_dfpo_min_replace": ..., "train_gspo": ...,
-                 "merge": ..., "evaluate": ..., "report": ...},
+                 "evaluate": ..., "report": ...},
      "held_out": {"benchmark": "digit_sums_test", "n_problems": n, "k": k,
                   "start": {"avg@k": x, "ci95": [lo, hi]}, "dfpo_min_replace": {...}, "gspo": {...},
                   "dfpo_gain": x_dfpo - x_start,
@@ -35,15 +37,21 @@ Stages, each through the same command a user runs for the real thing:
 With ``--methods`` only the chosen methods are trained, timed and reported (``dfpo_gain`` and
 ``target_met`` need DFPO; the report's baseline is GSPO when it was trained, else the start).
 Every accuracy in it is the report's (``report/report.json``), which computes avg@k and its
-bootstrap CI from ``evals/*/samples.jsonl``. ``seconds`` are this invocation's: a rerun skips the
+bootstrap CI from ``evals/*/samples.jsonl``. The start is DFPO's validation before its first step
+(GSPO's run, which starts from the same model, skips that validation); with ``--methods gspo``
+alone, GSPO's. ``seconds`` are this invocation's: a rerun skips the
 stages whose outputs exist (a stage's time is then that of the check). ``precision`` says what the
 run computed in and why: every dtype is ``auto`` unless set (``--actor-dtype``/``ACTOR_DTYPE``,
-``--rollout-dtype``/``ROLLOUT_DTYPE``, ``--eval-dtype``), and ``auto`` is bf16 only where this
-CPU computes bf16 natively (:mod:`dfpo.local.cpu_precision`; ``cpu`` is its measurement). Run and
-evaluation names include the dtypes, so a rerun never reuses an output computed in another.
+``--rollout-dtype``/``ROLLOUT_DTYPE``), and ``auto`` is bf16 only where this
+CPU computes bf16 natively (:mod:`dfpo.local.cpu_precision`; ``cpu`` is its measurement). The
+held-out samples come from the rollout engine, in its dtype. Run names include the dtypes and k,
+so a rerun never reuses an output computed otherwise.
 
 Everything is written under ``--output-root`` in the recipes' layout (``logs/``, ``checkpoints/``,
-``models/``, ``data/``) plus ``merged/``, ``evals/`` and ``report/``. Any failing stage stops the
+``models/``, ``data/``) plus ``validation/``, ``evals/`` and ``report/``. The final checkpoints
+are verl's FSDP shards; ``python -m verl.model_merger merge --backend fsdp --local_dir
+<checkpoint>/actor --target_dir <dir>`` makes a Hugging Face model of one (docs/evaluation.md).
+Any failing stage stops the
 run with its command and the tail of its log.
 """
 
@@ -59,6 +67,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dfpo.evaluation.from_validation import convert as validation_to_evaluation
+from dfpo.evaluation.sampling import SamplingConfig
 from dfpo.local import cpu_precision
 from dfpo.local.pretrained_model import MODEL_NAME, PretrainedModelError
 from dfpo.local.prepare import prepare_pretrained
@@ -90,6 +100,8 @@ MAX_NEW_TOKENS = 16  # = the recipe's MAX_RESPONSE_LENGTH
 # 1.0 this model's answers are right about 8 % of the time against 20 % greedy, so held-out avg@k
 # is measured at 0.6, the temperature reasoning models are usually evaluated at (docs/cpu.md).
 EVAL_TEMPERATURE = 0.6
+# verl's validation settings of the held-out evaluation (actor_rollout_ref.rollout.val_kwargs)
+EVAL_SAMPLING = SamplingConfig(temperature=EVAL_TEMPERATURE, top_p=1.0, top_k=None, max_new_tokens=MAX_NEW_TOKENS)
 
 
 class StageFailed(RuntimeError):
@@ -125,16 +137,11 @@ class Precision:
     (:mod:`dfpo.local.cpu_precision`: bf16 only where the CPU computes it natively)."""
 
     actor: cpu_precision.Choice  # ACTOR_DTYPE: the training actor's forward and backward
-    rollout: cpu_precision.Choice  # ROLLOUT_DTYPE: verl's vLLM engine
-    evaluation: cpu_precision.Choice  # --eval-dtype: the held-out evaluation's transformers model
+    rollout: cpu_precision.Choice  # ROLLOUT_DTYPE: verl's vLLM engine, which also draws the held-out samples
 
     @classmethod
-    def resolve(cls, actor: str, rollout: str, evaluation: str) -> "Precision":
-        return cls(
-            cpu_precision.choose("ACTOR_DTYPE", actor),
-            cpu_precision.choose("ROLLOUT_DTYPE", rollout),
-            cpu_precision.choose("--eval-dtype", evaluation),
-        )
+    def resolve(cls, actor: str, rollout: str) -> "Precision":
+        return cls(cpu_precision.choose("ACTOR_DTYPE", actor), cpu_precision.choose("ROLLOUT_DTYPE", rollout))
 
     def recipe_env(self) -> dict[str, str]:
         """The resolved dtypes as the CPU recipe's knobs (the recipe then measures the CPU again only
@@ -143,7 +150,7 @@ class Precision:
 
     def record(self) -> dict:
         """quickstart.json's ``precision``: each choice with its reason, and the CPU's measurement."""
-        return cpu_precision.record({"actor": self.actor, "rollout": self.rollout, "evaluation": self.evaluation})
+        return cpu_precision.record({"actor": self.actor, "rollout": self.rollout})
 
 
 def experiment_name(method: Method, steps: int, seed: int, overrides: tuple[str, ...] = (), settings: dict[str, str] | None = None) -> str:
@@ -161,9 +168,10 @@ def experiment_name(method: Method, steps: int, seed: int, overrides: tuple[str,
 
 
 def validation_key(data: dict) -> str | None:
-    """verl's validation accuracy of the held-out split in a step's metrics, if it validated."""
+    """verl's mean validation accuracy of the held-out split (``.../acc/mean@<k>``) in a step's
+    metrics, if it validated (beside it verl logs best@ and maj@, which are not avg@k)."""
     for key in sorted(data):
-        if key.startswith(f"val-core/{TEST_SOURCE}/acc/"):
+        if key.startswith(f"val-core/{TEST_SOURCE}/acc/mean@"):
             return key
     return None
 
@@ -197,7 +205,7 @@ class StepProgress:
                 key = validation_key(data)
                 if key is not None and step not in self.validated:
                     self.validated.add(step)
-                    say(f"  validation after step {step}: held-out accuracy {data[key]:.3f} (greedy)")
+                    say(f"  validation after step {step}: held-out avg@{key.rsplit('@', 1)[1]} {data[key]:.3f}")
                 if step in self.seen or "actor/grad_norm" not in data:
                     continue
                 self.seen.add(step)
@@ -214,14 +222,34 @@ class StepProgress:
                 )
 
 
+@dataclass(frozen=True)
+class TrainedRun:
+    experiment: str
+    file_log: Path | None  # verl's file logger's JSONL
+    validation_dir: Path  # verl's validation dumps: <step>.jsonl
+
+
+def validation_knobs(k: int, validate_start: bool) -> dict[str, str]:
+    """The recipe's validation knobs for the held-out evaluation: k samples per problem at
+    :data:`EVAL_SAMPLING`, before the first step only where ``validate_start``."""
+    return {
+        "VAL_N": str(k),
+        "VAL_TEMPERATURE": str(EVAL_SAMPLING.temperature),
+        "VAL_TOP_P": str(EVAL_SAMPLING.top_p),
+        "VAL_TOP_K": "-1",  # off, as EVAL_SAMPLING.top_k = None (vLLM's spelling)
+        "VAL_BEFORE_TRAIN": "true" if validate_start else "false",
+    }
+
+
 def train(
     method: Method, root: Path, steps: int, ranks: int, seed: int, overrides: tuple[str, ...] = (), knobs: dict[str, str] | None = None,
-) -> tuple[Path, Path | None]:
+) -> TrainedRun:
     """Train with the method's CPU recipe (``overrides``: extra Hydra overrides after the recipe's;
-    ``knobs``: recipe environment knobs, e.g. the resolved dtypes); returns (final checkpoint's
-    actor directory, file log)."""
+    ``knobs``: recipe environment knobs, e.g. the resolved dtypes and the validation's); returns
+    the run's name, file log and validation dumps."""
     knobs = {**(knobs or {}), "GPUS_PER_NODE": str(ranks)}
     experiment = experiment_name(method, steps, seed, overrides, knobs)
+    validation_dir = root / "validation" / experiment
     checkpoints = root / "checkpoints" / "dfpo" / experiment
     latest = checkpoints / "latest_checkpointed_iteration.txt"
     log_dir = root / "logs" / "dfpo"
@@ -237,44 +265,36 @@ def train(
             "SEED": str(seed),
             "EXPERIMENT_NAME": experiment,
             "SAVE_FREQ": str(steps),
-            "TEST_FREQ": str(max(1, steps // 2)),  # greedy held-out accuracy before, halfway, at the end
+            "TEST_FREQ": str(max(1, steps // 2)),  # held-out avg@k before (first run), halfway, at the end
             "PYTHON": sys.executable,
         }
         progress = StepProgress(log_dir, experiment, steps, transform=method.recipe_method.startswith("dfpo"))
-        run_logged(["bash", script, *overrides], root / EXPERIMENT_LOGS / f"train_{method.recipe_method}.log", env=env, on_poll=progress)
+        command = ["bash", script, *overrides, f"trainer.validation_data_dir={validation_dir}"]
+        run_logged(command, root / EXPERIMENT_LOGS / f"train_{method.recipe_method}.log", env=env, on_poll=progress)
         if not set(range(1, steps + 1)) <= progress.seen:
             raise StageFailed(f"{method.label}: the run exited 0 but logged steps {sorted(progress.seen)}, not 1..{steps}")
     found = sorted(log_dir.glob(f"{experiment}.*.jsonl"))
-    return checkpoints / f"global_step_{steps}" / "actor", (found[-1] if found else None)
+    return TrainedRun(experiment, found[-1] if found else None, validation_dir)
 
 
-def merge(actor_dir: Path, target: Path, log: Path) -> Path:
-    if not (target / "config.json").exists():
-        run_logged(
-            [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", str(actor_dir), "--target_dir", str(target)],
-            log,
-        )
-    return target
-
-
-def evaluation_dir(root: Path, name: str, k: int, dtype: str) -> Path:
-    """Where an evaluation is written: named by the model, k and the dtype, so that a rerun reuses
-    it only when it would compute the same thing."""
-    return root / "evals" / f"{name}-k{k}-{dtype}"
-
-
-def evaluate(model_dir: Path, data: Path, output_dir: Path, k: int, seed: int, dtype: str, log: Path) -> Path:
+def evaluation_from_validation(
+    run: TrainedRun, step: int, model_dir: Path, data: Path, root: Path, k: int, rollout_dtype: str,
+) -> Path:
+    """``evals/<experiment>-step<step>``: the run's validation samples of ``step`` as an evaluation
+    run (the name already says everything its samples depend on)."""
+    dump = run.validation_dir / f"{step}.jsonl"
+    output_dir = root / "evals" / f"{run.experiment}-step{step}"
     if not (output_dir / "summary.json").exists():
-        run_logged(
-            [
-                sys.executable, "-m", "dfpo.evaluation.generate",
-                "--model", str(model_dir), "--data", str(data), "--output-dir", str(output_dir),
-                "--backend", "transformers", "--device", "cpu", "--dtype", dtype, "--k", str(k), "--seed", str(seed),
-                "--temperature", str(EVAL_TEMPERATURE), "--top-p", "1.0", "--top-k", "0",
-                "--max-new-tokens", str(MAX_NEW_TOKENS), "--score-workers", "0", "--no-progress",
-            ],
-            log,
-        )
+        from transformers import AutoTokenizer
+
+        try:
+            validation_to_evaluation(
+                dump, [data], AutoTokenizer.from_pretrained(model_dir), output_dir, k, EVAL_SAMPLING,
+                backend={"engine": "vllm", "dtype": rollout_dtype}, scorer_kwargs={"score_mode": "binary", "code_backend": "local"},
+                model=f"{run.experiment}@step{step}",
+            )
+        except (ValueError, FileNotFoundError) as error:
+            raise StageFailed(str(error)) from None
     return output_dir
 
 
@@ -331,7 +351,7 @@ def run(
     """The five stages for ``methods`` (default: DFPO (Min-Replace) and GSPO); returns quickstart.json's content."""
     clock = Stopwatch()
     logs = root / EXPERIMENT_LOGS
-    for choice in (precision.actor, precision.rollout, precision.evaluation):
+    for choice in (precision.actor, precision.rollout):
         say(f"precision: {choice.line()}")
         if choice.warning:
             say(f"WARNING: {choice.warning}")
@@ -343,30 +363,26 @@ def run(
         raise StageFailed(str(error)) from None
     clock.stage("prepare", since)
 
-    trained: dict[str, Path] = {}
-    train_logs: dict[str, Path | None] = {START: None}
+    runs: dict[str, TrainedRun] = {}
     for number, method in enumerate(methods, start=2):
         say(f"stage {number}/5: {method.label}")
         since = time.monotonic()
-        trained[method.label], train_logs[method.label] = train(method, root, steps, ranks, seed, overrides, precision.recipe_env())
+        # the start is validated once, in the first run (every run starts from the same model)
+        knobs = {**precision.recipe_env(), **validation_knobs(k, validate_start=not runs)}
+        runs[method.label] = train(method, root, steps, ranks, seed, overrides, knobs)
         clock.stage(f"train_{method.recipe_method}", since)
 
-    say(f"stage 4/5: merging checkpoints; sampling k={k} answers per held-out problem from the start and each result")
+    say(f"stage 4/5: the held-out samples of verl's validation (k={k} per problem) as evaluation runs")
     since = time.monotonic()
-    models = {START: base_model}
-    for label, actor_dir in trained.items():
-        models[label] = merge(actor_dir, root / "merged" / actor_dir.parent.parent.name, logs / "merge.log")
-    clock.stage("merge", since)
-    since = time.monotonic()
+    first = next(iter(runs.values()))
+    sources = {START: (first, 0), **{label: (run, steps) for label, run in runs.items()}}
     evals = {}
-    for label, model_dir in models.items():
-        # a trained model's name already says its task and seed; the start's evaluation is per task and seed
-        name = model_dir.name if label != START else f"{model_dir.name}-{task_digest()}-seed{seed}"
-        eval_dtype = precision.evaluation.dtype
-        evals[label] = evaluate(model_dir, test_file, evaluation_dir(root, name, k, eval_dtype), k, seed, eval_dtype, logs / "evaluate.log")
+    for label, (trained, step) in sources.items():
+        evals[label] = evaluation_from_validation(trained, step, base_model, test_file, root, k, precision.rollout.dtype)
         summary = json.loads((evals[label] / "summary.json").read_text())["overall"]
         say(f"  {label}: held-out avg@{k} {100 * summary['avg@k']:.1f}% ({evals[label]})")
     clock.stage("evaluate", since)
+    train_logs = {START: None, **{label: run.file_log for label, run in runs.items()}}
 
     say("stage 5/5: report")
     since = time.monotonic()
@@ -414,19 +430,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"training steps per method (default {DEFAULT_STEPS})")
     parser.add_argument("--ranks", type=int, default=DEFAULT_RANKS, help=f"CPU ranks (FSDP2 over gloo) per training run (default {DEFAULT_RANKS})")
     parser.add_argument("--k", type=int, default=DEFAULT_K, help=f"samples per held-out problem (default {DEFAULT_K})")
-    parser.add_argument("--seed", type=int, default=1, help="training seed (SEED of the recipes) and evaluation seed")
+    parser.add_argument("--seed", type=int, default=1, help="training seed (SEED of the recipes: data order, the rollout engine's sampling)")
     parser.add_argument(
         "--actor-dtype", default=os.environ.get("ACTOR_DTYPE", "auto"), choices=("auto", "fp32", "bf16"),
         help="the training actor's compute dtype (default: $ACTOR_DTYPE or auto: bf16 where this CPU computes it natively, else fp32)",
     )
     parser.add_argument(
         "--rollout-dtype", default=os.environ.get("ROLLOUT_DTYPE", "float32"), choices=("auto", "float32", "bfloat16"),
-        help="verl's vLLM engine's dtype (default: $ROLLOUT_DTYPE or float32)",
-    )
-    parser.add_argument(
-        "--eval-dtype", choices=("auto", "bfloat16", "float32"), default="auto",
-        help="dtype of the evaluation's transformers model (default auto: bfloat16 where this CPU computes it natively, "
-        "about 3x faster there; else float32)",
+        help="verl's vLLM engine's dtype, of training's and the held-out evaluation's samples (default: $ROLLOUT_DTYPE or float32)",
     )
     parser.add_argument(
         "--override", action="append", default=[], metavar="KEY=VALUE",
@@ -444,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         methods = tuple(m for m in METHODS if m.recipe_method in args.methods)
         try:
-            precision = Precision.resolve(args.actor_dtype, args.rollout_dtype, args.eval_dtype)
+            precision = Precision.resolve(args.actor_dtype, args.rollout_dtype)
         except cpu_precision.PrecisionError as error:  # a dtype from the environment (ACTOR_DTYPE, ROLLOUT_DTYPE)
             parser.error(str(error))
         run(args.output_root.expanduser().resolve(), args.steps, args.ranks, args.k, args.seed, precision, tuple(args.override), methods)

@@ -174,10 +174,9 @@ def test_a_bad_dtype_stops_the_recipe_before_anything_starts():
 
 
 def test_the_quickstart_resolves_once_records_why_and_names_runs_by_dtype(tmp_path):
-    precision = quickstart.Precision.resolve("auto", "float32", "auto")
+    precision = quickstart.Precision.resolve("auto", "float32")
     native = cp.probe().native_bf16
     assert precision.recipe_env() == {"ACTOR_DTYPE": "bf16" if native else "fp32", "ROLLOUT_DTYPE": "float32"}
-    assert precision.evaluation.dtype == ("bfloat16" if native else "float32")
     record = precision.record()
     assert record["actor"]["requested"] == "auto" and record["actor"]["reason"].startswith("auto: ")
     assert record["cpu"]["native_bf16"] == native
@@ -185,9 +184,10 @@ def test_the_quickstart_resolves_once_records_why_and_names_runs_by_dtype(tmp_pa
     fp32 = quickstart.experiment_name(method, 10, 1, (), {"ACTOR_DTYPE": "fp32", "GPUS_PER_NODE": "1"})
     bf16 = quickstart.experiment_name(method, 10, 1, (), {"ACTOR_DTYPE": "bf16", "GPUS_PER_NODE": "1"})
     two_ranks = quickstart.experiment_name(method, 10, 1, (), {"ACTOR_DTYPE": "fp32", "GPUS_PER_NODE": "2"})
-    assert len({fp32, bf16, two_ranks}) == 3
-    # an evaluation in another dtype is another directory (a rerun never reuses it)
-    assert quickstart.evaluation_dir(tmp_path, "m", 8, "float32") != quickstart.evaluation_dir(tmp_path, "m", 8, "bfloat16")
+    rollout_bf16 = quickstart.experiment_name(method, 10, 1, (), {"ACTOR_DTYPE": "fp32", "ROLLOUT_DTYPE": "bfloat16", "GPUS_PER_NODE": "1"})
+    # the held-out samples are the run's validation: another k is another run (a rerun never reuses it)
+    other_k = quickstart.experiment_name(method, 10, 1, (), {"ACTOR_DTYPE": "fp32", "GPUS_PER_NODE": "1", **quickstart.validation_knobs(4, True)})
+    assert len({fp32, bf16, two_ranks, rollout_bf16, other_k}) == 5
 
 
 def test_a_bad_dtype_in_the_environment_is_a_usage_error(monkeypatch, capsys):
@@ -205,9 +205,7 @@ def test_the_quickstart_passes_the_resolved_dtypes_to_the_recipe(tmp_path, monke
         on_poll.seen.update({1})
 
     monkeypatch.setattr(quickstart, "run_logged", fake_run_logged)
-    precision = quickstart.Precision(
-        cp.choose("ACTOR_DTYPE", "auto", AVX2), cp.choose("ROLLOUT_DTYPE", "float32"), cp.choose("--eval-dtype", "auto", AVX2)
-    )
+    precision = quickstart.Precision(cp.choose("ACTOR_DTYPE", "auto", AVX2), cp.choose("ROLLOUT_DTYPE", "float32"))
     quickstart.train(quickstart.METHODS[0], tmp_path, steps=1, ranks=1, seed=1, knobs=precision.recipe_env())
     (env,) = calls
     assert (env["ACTOR_DTYPE"], env["ROLLOUT_DTYPE"], env["GPUS_PER_NODE"]) == ("fp32", "float32", "1")

@@ -18,9 +18,11 @@ def test_overrides_go_after_the_recipe_and_rename_the_experiment(tmp_path, monke
     monkeypatch.setattr(quickstart, "run_logged", fake_run_logged)
     method = quickstart.METHODS[0]
     overrides = ("actor_rollout_ref.actor.optim.lr=1e-5",)
-    quickstart.train(method, tmp_path, steps=2, ranks=1, seed=3, overrides=overrides)
+    trained = quickstart.train(method, tmp_path, steps=2, ranks=1, seed=3, overrides=overrides)
     (command, env), = calls
-    assert command == ["bash", "recipes/run_dfpo_min_replace_smollm2_135m_cpu.sh", *overrides]
+    # verl's validation samples are written per run (the held-out evaluation reads them)
+    assert trained.validation_dir == tmp_path / "validation" / trained.experiment
+    assert command == ["bash", "recipes/run_dfpo_min_replace_smollm2_135m_cpu.sh", *overrides, f"trainer.validation_data_dir={trained.validation_dir}"]
     assert env["GPUS_PER_NODE"] == "1" and env["SEED"] == "3" and env["TOTAL_TRAINING_STEPS"] == "2"
     one_rank = {"GPUS_PER_NODE": "1"}
     plain = quickstart.experiment_name(method, 2, 3, (), one_rank)
@@ -66,3 +68,15 @@ def test_methods_selects_the_runs_and_the_report_baseline(tmp_path, monkeypatch)
     assert runs.read_text().startswith(f"baseline: {quickstart.START}\n")
     quickstart.write_runs_file(runs, {quickstart.START: tmp_path / "a", "GSPO": tmp_path / "c"}, {}, 1)
     assert runs.read_text().startswith("baseline: GSPO\n")
+
+
+def test_the_held_out_evaluation_is_verls_validation_at_the_evaluation_settings():
+    """k samples per problem at temperature 0.6, no top-p/top-k cut (the report's sampling record
+    says the same); the start is validated by the first run only."""
+    knobs = quickstart.validation_knobs(8, validate_start=True)
+    assert knobs == {"VAL_N": "8", "VAL_TEMPERATURE": "0.6", "VAL_TOP_P": "1.0", "VAL_TOP_K": "-1", "VAL_BEFORE_TRAIN": "true"}
+    assert quickstart.validation_knobs(8, validate_start=False)["VAL_BEFORE_TRAIN"] == "false"
+    sampling = quickstart.EVAL_SAMPLING
+    assert (sampling.temperature, sampling.top_p, sampling.top_k, sampling.max_new_tokens) == (0.6, 1.0, None, quickstart.MAX_NEW_TOKENS)
+    recipe = (quickstart.REPO_ROOT / "recipes" / "models" / "smollm2_135m_cpu.sh").read_text()
+    assert f'MAX_RESPONSE_LENGTH:={quickstart.MAX_NEW_TOKENS}}}' in recipe

@@ -16,12 +16,13 @@ def test_one_line_per_step_and_validation_with_the_time_left(tmp_path, monkeypat
     said: list[str] = []
     monkeypatch.setattr(quickstart, "say", said.append)
     log = tmp_path / "run.20261205T000000Z.jsonl"
-    key = "val-core/digit_sums_test/acc/mean@1"
-    records = [{"step": 0, "data": {key: 0.22}}]
+    key = "val-core/digit_sums_test/acc/mean@8"
+    # verl logs best@ and maj@ beside mean@ (they sort first): the line shows the mean, avg@k
+    records = [{"step": 0, "data": {"val-core/digit_sums_test/acc/best@8/mean": 0.6, "val-core/digit_sums_test/acc/maj@8/mean": 0.3, key: 0.22}}]
     progress = StepProgress(tmp_path, "run", total=4, transform=True)
     _write(log, records)
     progress()
-    assert said == ["  validation after step 0: held-out accuracy 0.220 (greedy)"]
+    assert said == ["  validation after step 0: held-out avg@8 0.220"]
     for step, seconds in ((1, 200.0), (2, 100.0)):
         records.append({"step": step, "data": {
             "actor/grad_norm": 0.1, "critic/score/mean": 0.25, "timing_s/step": seconds,
