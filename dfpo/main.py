@@ -5,7 +5,8 @@
 
 Before Ray starts, :func:`dfpo.preflight.preflight` checks what would otherwise fail after minutes
 of start-up or learn nothing (the group size, multi-node checkpoint storage, the checkpoint to
-resume); while it runs, :mod:`dfpo.node_watch` ends it within seconds of a lost Ray node. It is
+resume); while it runs, :mod:`dfpo.node_watch` ends it within seconds of a lost Ray node, and
+SIGTERM ends it after the step in flight, checkpointed (:mod:`dfpo.preemption`). It is
 verl's ``main_ppo`` with three differences, all through verl's extension points: the config
 is ``dfpo/config/dfpo_trainer.yaml`` (verl's ``ppo_trainer`` plus DFPO's defaults), the Ray
 TaskRunner imports :mod:`dfpo.trainer` so that ``trainer.v1.trainer_mode=dfpo_sync`` (or
@@ -16,6 +17,8 @@ learning-tax diagnostics: override ``policy_loss.loss_mode`` and ``algorithm.adv
 
 from __future__ import annotations
 
+import signal
+
 import hydra
 import ray
 from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
@@ -24,6 +27,7 @@ from verl.utils.config import validate_config
 from verl.utils.device import auto_set_device
 
 from dfpo.node_watch import NodeWatch, run_watched
+from dfpo.preemption import InstallOnCreate, Preemption, grace_from_environment, run_preemptible
 from dfpo.preflight import PreflightError, preflight
 
 _TaskRunnerV1 = TaskRunnerV1.__ray_actor_class__
@@ -55,6 +59,9 @@ def check_trainer_mode(config) -> None:
 
 @hydra.main(config_path="config", config_name="dfpo_trainer", version_base=None)
 def main(config) -> None:
+    # Ctrl-C, and the node watch's interrupt, as KeyboardInterrupt even where the driver was started
+    # in the background of a non-interactive shell (which starts it with SIGINT ignored)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     auto_set_device(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     check_trainer_mode(config)
@@ -64,10 +71,14 @@ def main(config) -> None:
         raise SystemExit(f"dfpo preflight: {error}") from None
     try:
         watch = NodeWatch.from_environment()
+        preemption = Preemption(grace_s=grace_from_environment())
     except ValueError as error:
         raise SystemExit(f"dfpo: {error}") from None
-    # a lost Ray node ends the run in seconds (exit status 75), not after the collectives' timeout
-    run_watched(lambda: run_ppo(config, task_runner_class=ray.remote(num_cpus=1)(DFPOTaskRunner)), watch, shutdown=ray.shutdown)
+    # SIGTERM is taken over when verl creates the TaskRunner, just after its ray.init
+    task_runner = InstallOnCreate(ray.remote(num_cpus=1)(DFPOTaskRunner), preemption.install)
+    # a lost Ray node ends the run in seconds (exit status 75), not after the collectives' timeout;
+    # SIGTERM after the step in flight and its checkpoint (75 too)
+    run_preemptible(lambda: run_watched(lambda: run_ppo(config, task_runner_class=task_runner), watch, shutdown=ray.shutdown), preemption)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ changes, all through subclassing:
   (Decoupled PPO), while the parameters have moved; bypass mode (old = rollout log-probs) never.
   The worker asserts the flag against the batch (:func:`dfpo.workers.check_old_log_probs_at_step_params`).
 
-Every step also logs ``dfpo/staleness/...`` (:mod:`dfpo.staleness`).
+Every step also logs ``dfpo/staleness/...`` (:mod:`dfpo.staleness`), and ends the run early,
+checkpointed, when the driver got SIGTERM (:mod:`dfpo.preemption`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
+from dfpo.preemption import record_stop, stop_requested
 from dfpo.staleness import policy_lag_metrics
 from dfpo.workers import OLD_LOG_PROBS_AT_STEP_PARAMS, DFPOActorRolloutRefWorker, DFPODetachActorWorker
 
@@ -82,6 +84,27 @@ class _DFPOTrainer:
         metrics.update(policy_lag_metrics(batch.tags, self.global_steps, self.local_trigger_step))
         return super()._update_actor(batch, metrics)
 
+    def on_step_end(self):
+        self.stop_if_preempted()
+        super().on_step_end()
+
+    def saved_this_step(self) -> bool:
+        """verl's own test in ``fit`` for the checkpoint it has just saved (or not) this step."""
+        save_freq = self.config.trainer.save_freq
+        return save_freq > 0 and (self.global_steps >= self.total_training_steps or self.global_steps % save_freq == 0)
+
+    def stop_if_preempted(self) -> None:
+        """At verl's own checkpoint point of the step (before the weight sync): when the driver got
+        SIGTERM, save this step unless verl just did, record it, and make it the last step."""
+        request = stop_requested()
+        if request is None:
+            return
+        if not self.saved_this_step():
+            self._save_checkpoint()
+        record_stop(request, self.global_steps)
+        print(f"dfpo: the driver got SIGTERM: step {self.global_steps} is checkpointed and is the last step of this launch")
+        self.total_training_steps = self.global_steps  # verl's loop ends after this step as after its last
+
 
 SKIP_WEIGHT_SYNC_FOR_TESTS = "DFPO_TEST_SKIP_WEIGHT_SYNC"
 """Test-only: set to 1 in the trainer's environment, ``dfpo_sync`` never syncs the updated weights
@@ -98,6 +121,7 @@ class DFPOSyncTrainer(_DFPOTrainer, PPOTrainerSync):
         if os.environ.get(SKIP_WEIGHT_SYNC_FOR_TESTS) == "1":
             # verl's update_weights also wakes the replicas it put to sleep after sampling; only that
             print(f"dfpo: {SKIP_WEIGHT_SYNC_FOR_TESTS}=1: the updated weights are NOT synced into the rollout (a test's broken run)")
+            self.stop_if_preempted()
             self.checkpoint_manager.wake_up_replicas()
             return
         super().on_step_end()

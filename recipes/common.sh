@@ -529,5 +529,10 @@ dfpo_launch() {
         dfpo_die "$python does not have this project and verl installed: install the project on every node (pip install -e $DFPO_REPO_ROOT) or set PYTHON to the environment's interpreter"
     mkdir -p "$log_dir"
     echo "dfpo: $experiment_name -> $log_dir/$experiment_name.console.log, checkpoints in $ckpt_dir" >&2
-    PYTHONUNBUFFERED=1 "${cmd[@]}" 2>&1 | tee -a "$log_dir/$experiment_name.console.log"
+    # This shell becomes the driver (exec), so a scheduler's SIGTERM to the recipe reaches it
+    # (dfpo.preemption: the step in flight finishes and is checkpointed) as Ctrl-C does, and the
+    # recipe's exit status is the driver's; its output also goes to the console log.
+    exec > >(tee -a "$log_dir/$experiment_name.console.log") 2>&1
+    export PYTHONUNBUFFERED=1
+    exec "${cmd[@]}"
 }

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,14 +51,17 @@ def _end_processes(pids: set[int]) -> None:
             pass
 
 
-def run_recipe(script: str, env: dict[str, str], args: tuple[str, ...] = (), timeout_s: float = 600.0) -> RecipeRun:
+def run_recipe(
+    script: str, env: dict[str, str], args: tuple[str, ...] = (), timeout_s: float = 600.0, on_start: Callable[[int], None] | None = None,
+) -> RecipeRun:
     """``bash recipes/<script> args...``: see :func:`run_command`."""
-    return run_command(["bash", str(REPO_ROOT / "recipes" / script), *args], env, timeout_s)
+    return run_command(["bash", str(REPO_ROOT / "recipes" / script), *args], env, timeout_s, on_start)
 
 
-def run_command(argv: list[str], env: dict[str, str], timeout_s: float = 600.0) -> RecipeRun:
+def run_command(argv: list[str], env: dict[str, str], timeout_s: float = 600.0, on_start: Callable[[int], None] | None = None) -> RecipeRun:
     """``argv`` in the repository root with ``env`` added to this environment; returns its exit
-    status and combined output. Raises ``TimeoutError`` (with the output's tail) past ``timeout_s``."""
+    status and combined output (``on_start(pid)`` once it runs). Raises ``TimeoutError`` (with the
+    output's tail) past ``timeout_s``."""
     script = " ".join(argv[:2])
     environment = {**os.environ, "PYTHON": sys.executable, "PYTHONUNBUFFERED": "1", **env}
     started = time.monotonic()
@@ -70,6 +74,8 @@ def run_command(argv: list[str], env: dict[str, str], timeout_s: float = 600.0) 
         text=True,
         start_new_session=True,
     )
+    if on_start is not None:
+        on_start(process.pid)
     descendants: set[int] = set()
     stop = threading.Event()
 

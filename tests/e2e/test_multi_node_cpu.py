@@ -16,7 +16,10 @@ its Ray killed by process id after step 1's checkpoint): the run ends by itself 
 naming the node, with exit status 75 and the run's actors on the head ended too
 (:mod:`dfpo.node_watch`); the node started again, the same recipe through ``ray job submit`` with
 the knobs in the job's runtime environment, followed to completion and resuming the lost run at
-the step after its last complete checkpoint, none lost and none repeated, the token never in a log, a process's arguments or environment, and both nodes
+the step after its last complete checkpoint, none lost and none repeated; SIGTERM to a third
+launch (as a scheduler's preemption or time limit sends it): the step in flight finished, its
+checkpoint saved though ``trainer.save_freq`` would not have, exit status 75 within the grace
+(:mod:`dfpo.preemption`); the token never in a log, a process's arguments or environment, and both nodes
 stopped by the launcher with every process they started gone. Whatever is left at the end is
 ended by its process id (other Ray clusters on the machine are left alone).
 """
@@ -26,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import shutil
 import socket
 import subprocess
@@ -56,6 +60,9 @@ STEPS = 3
 # watch ends the driver; gloo's own timeout would be 30 minutes
 NODE_WATCH_S = 2
 NODE_LOSS_EXIT_BOUND_S = 120
+# SIGTERM to the end of the driver: at most the rest of one step here (about 10-20 s) and one
+# checkpoint; dfpo.preemption's grace (DFPO_PREEMPT_GRACE_S) is 300 s
+PREEMPT_EXIT_BOUND_S = 240
 NODE_PORTS = 8  # node manager, object manager, agent (2), runtime env agent, metrics, client server, spare
 WORKER_PORTS = 200  # each node's own worker port range
 
@@ -420,6 +427,55 @@ def job_run(cluster, first_run):
     return followed, jobs, _new_actors(cluster, before), new_logs
 
 
+@dataclass
+class Preempted:
+    run: RecipeRun
+    logs: dict[Path, dict[int, dict]]  # the launch's own file log
+    signalled_after: int  # the last step logged when SIGTERM was sent
+    seconds_to_exit: float
+    actors: list[dict]
+
+
+@pytest.fixture(scope="module")
+def preempted_run(cluster, job_run):
+    """The experiment continued for 3 more steps with no checkpoint due before the last
+    (SAVE_FREQ=100); SIGTERM to the recipe's process (the driver: the recipe execs it) once the
+    first of them is logged, as SLURM sends it before a time limit or at preemption."""
+    log_dir = cluster.output_root / "logs" / "dfpo"
+    before_logs = set(file_log_steps(log_dir))
+    before = {actor["actor_id"] for actor in cluster.state("actors")}
+    env = _recipe_env(cluster, TOTAL_TRAINING_STEPS=str(STEPS + 3), SAVE_FREQ="100", DFPO_NODE_WATCH_S=str(NODE_WATCH_S))
+    outcome: dict = {}
+    started = threading.Event()
+
+    def launch() -> None:
+        outcome["run"] = run_recipe(RECIPE, env, timeout_s=RUN_TIMEOUT_S, on_start=lambda pid: (outcome.update(pid=pid), started.set()))
+
+    launcher = threading.Thread(target=launch, daemon=True)
+    launcher.start()
+    assert started.wait(60), "the recipe did not start"
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+
+    def new_steps() -> list[int]:
+        return [step for path, steps in file_log_steps(log_dir).items() if path not in before_logs for step in _training_steps(steps)]
+
+    while STEPS + 1 not in new_steps():
+        assert launcher.is_alive() and time.monotonic() < deadline, "the run ended or stalled before its first step: " + (
+            outcome["run"].tail() if "run" in outcome else "still running"
+        )
+        time.sleep(0.2)
+    signalled_after = max(new_steps())
+    os.kill(outcome["pid"], signal.SIGTERM)
+    signalled_at = time.monotonic()
+    launcher.join(timeout=PREEMPT_EXIT_BOUND_S + 30)
+    assert not launcher.is_alive(), f"the run did not end within {PREEMPT_EXIT_BOUND_S} s of SIGTERM"
+    seconds_to_exit = time.monotonic() - signalled_at
+    cluster.runs["preempted"] = outcome["run"]
+    print(f"preempted run: SIGTERM after step {signalled_after}; the run ended {seconds_to_exit:.0f} s later", file=sys.stderr)
+    logs = {path: steps for path, steps in file_log_steps(log_dir).items() if path not in before_logs}
+    return Preempted(outcome["run"], logs, signalled_after, seconds_to_exit, _new_actors(cluster, before))
+
+
 def test_both_nodes_join_with_one_logical_gpu_each(cluster):
     nodes = [node for node in cluster.state("nodes") if node["state"] == "ALIVE"]
     assert sorted(node["is_head_node"] for node in nodes) == [False, True]
@@ -509,6 +565,33 @@ def test_ray_job_submit_runs_the_recipe_across_both_nodes_with_the_knobs(cluster
     assert [path.name.split(".")[0] for path in new_logs] == [EXPERIMENT], followed.tail()
     ranks = _rank_actors(actors)
     assert len(ranks) == 2 and {actor["node_id"] for actor in ranks} == set(cluster.node_ids().values()), ranks
+
+
+def test_sigterm_finishes_the_step_in_flight_checkpoints_it_and_exits_75(cluster, preempted_run):
+    """dfpo.preemption through the recipe: the driver got SIGTERM after step S was logged; the
+    trainer finished the step it was in (S or S + 1), saved its checkpoint although save_freq would
+    not have, made it the last, and the driver said so and exited 75, well within the grace."""
+    from dfpo.preflight import checkpoint_problem
+
+    run = preempted_run.run
+    assert run.returncode == 75, f"exit {run.returncode}:\n{run.tail()}"
+    assert preempted_run.seconds_to_exit < PREEMPT_EXIT_BOUND_S
+    (steps,) = preempted_run.logs.values()
+    trained = _training_steps(steps)
+    last = trained[-1]
+    assert trained == list(range(STEPS + 1, last + 1)) and last in (preempted_run.signalled_after, preempted_run.signalled_after + 1), trained
+    assert last < STEPS + 3, "the run was not stopped early"
+    assert f"dfpo: stopped on SIGTERM after step {last}, its checkpoint saved; relaunch the same command to resume" in run.output, run.tail()
+    experiment = cluster.output_root / "checkpoints" / "dfpo" / EXPERIMENT
+    assert (experiment / "latest_checkpointed_iteration.txt").read_text().strip() == str(last)
+    assert checkpoint_problem(experiment / f"global_step_{last}") is None  # every rank's shards readable: a relaunch resumes there
+    # the run's actors on both nodes end with its driver
+    ids = {actor["actor_id"] for actor in preempted_run.actors}
+    assert _rank_actors(preempted_run.actors), "the run's ranks were not seen"
+    deadline = time.monotonic() + 60
+    while (alive := [a for a in cluster.state("actors") if a["actor_id"] in ids and a["state"] != "DEAD"]) and time.monotonic() < deadline:
+        time.sleep(2)
+    assert not alive, [(a["class_name"], a["state"]) for a in alive]
 
 
 def _running(pid: int) -> bool:

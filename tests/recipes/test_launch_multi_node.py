@@ -9,7 +9,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
+import time
+from pathlib import Path
 
 import psutil
 
@@ -110,6 +113,11 @@ def test_ray_job_submit_forwards_every_knob_the_recipes_read():
     pattern = re.search(r"knob_pattern='([^']+)'", (LAUNCH / "ray_job_submit.sh").read_text()).group(1)
     missing = sorted(name for name in read - internal if not re.match(pattern, name))
     assert not missing, f"ray_job_submit.sh does not pass {missing} to the job"
+    # and those the driver itself reads (python -m dfpo.main)
+    from dfpo.node_watch import PERIOD_ENV
+    from dfpo.preemption import GRACE_ENV
+
+    assert all(re.match(pattern, name) for name in (PERIOD_ENV, GRACE_ENV)), pattern[-80:]
 
 
 def test_ray_job_submit_needs_the_cluster_address():
@@ -200,10 +208,8 @@ def test_launcher_reports_a_node_that_does_not_come_up(tmp_path):
     assert "could not connect to 10.0.0.1:6379" in result.stderr and "exited before the node was up" in result.stderr
 
 
-def test_slurm_script_starts_the_launcher_on_every_node_then_the_recipe_on_the_head(tmp_path):
-    """The node roles with the SLURM variables of a 3-node allocation: srun runs each step here,
-    with a stand-in `ray` whose `status` lists the nodes started so far."""
-    log = tmp_path / "calls.txt"
+def _slurm_stand_ins(tmp_path: Path, log: Path) -> dict[str, str]:
+    """scontrol, srun and ray stand-ins for a 3-node allocation; the environment sbatch gives."""
     _stand_in(tmp_path, "scontrol", 'printf "gpu-a\\ngpu-b\\ngpu-c\\n"\n')
     _stand_in(
         tmp_path,
@@ -219,12 +225,7 @@ def test_slurm_script_starts_the_launcher_on_every_node_then_the_recipe_on_the_h
         f'if [[ "$1" == start ]]; then echo "ray $* on $FAKE_NODE auth=$RAY_AUTH_MODE token_env=${{RAY_AUTH_TOKEN:-}}" >> {log}; exit 0; fi\n'
         f'if [[ "$1" == status ]]; then echo "ray $*" >> {log}; echo Active:; grep -c "^ray start" {log} | xargs -I{{}} seq {{}} | sed "s/^/ 1 node_/"; echo; fi\n',
     )
-    recipe = tmp_path / "recipe.sh"
-    recipe.write_text(
-        f'echo "recipe NNODES=$NNODES GPUS_PER_NODE=$GPUS_PER_NODE RAY_ADDRESS=$RAY_ADDRESS RAY_AUTH_MODE=$RAY_AUTH_MODE '
-        f'RAY_AUTH_TOKEN_PATH=$RAY_AUTH_TOKEN_PATH $*" >> {log}\n'
-    )
-    env = {
+    return {
         "PATH": f"{tmp_path}:/usr/bin:/bin",
         "HOME": str(tmp_path),
         "RAY": str(tmp_path / "ray"),
@@ -233,6 +234,18 @@ def test_slurm_script_starts_the_launcher_on_every_node_then_the_recipe_on_the_h
         "SLURM_SUBMIT_DIR": str(REPO_ROOT),
         "DFPO_RAY_POLL_S": "0.2",
     }
+
+
+def test_slurm_script_starts_the_launcher_on_every_node_then_the_recipe_on_the_head(tmp_path):
+    """The node roles with the SLURM variables of a 3-node allocation: srun runs each step here,
+    with a stand-in `ray` whose `status` lists the nodes started so far."""
+    log = tmp_path / "calls.txt"
+    env = _slurm_stand_ins(tmp_path, log)
+    recipe = tmp_path / "recipe.sh"
+    recipe.write_text(
+        f'echo "recipe NNODES=$NNODES GPUS_PER_NODE=$GPUS_PER_NODE RAY_ADDRESS=$RAY_ADDRESS RAY_AUTH_MODE=$RAY_AUTH_MODE '
+        f'RAY_AUTH_TOKEN_PATH=$RAY_AUTH_TOKEN_PATH $*" >> {log}\n'
+    )
     result = subprocess.run(
         ["bash", str(LAUNCH / "slurm_dfpo.sbatch"), str(recipe), "trainer.save_freq=5"],
         cwd=REPO_ROOT,
@@ -257,6 +270,34 @@ def test_slurm_script_starts_the_launcher_on_every_node_then_the_recipe_on_the_h
     assert all(start in before for start in starts), "the recipe ran before every node had started"
     assert any(c.startswith("ray status --address=10.0.0.1:6379") for c in before)
     assert token_file.read_text() not in log.read_text() + result.stderr + result.stdout
+
+
+def test_slurm_passes_its_sigterm_to_the_recipe_and_exits_with_its_status(tmp_path):
+    """sbatch --signal=B:TERM@360 signals the batch shell only: it passes SIGTERM on to the recipe
+    (the driver: dfpo.preemption stops after the step in flight), exits with the recipe's status
+    (75: relaunch to resume), and stops the nodes' Ray after it."""
+    log = tmp_path / "calls.txt"
+    env = _slurm_stand_ins(tmp_path, log)
+    recipe = tmp_path / "recipe.sh"
+    recipe.write_text(
+        f'trap \'echo "recipe got TERM" >> {log}; exit 75\' TERM\n'
+        f'echo "recipe up" >> {log}\n'
+        "while true; do sleep 0.1; done\n"
+    )
+    job = subprocess.Popen(["bash", str(LAUNCH / "slurm_dfpo.sbatch"), str(recipe)], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (log.exists() and "recipe up" in log.read_text()):
+            assert job.poll() is None and time.monotonic() < deadline, job.communicate(timeout=5)
+            time.sleep(0.1)
+        os.kill(job.pid, signal.SIGTERM)
+        _, stderr = job.communicate(timeout=30)
+    finally:
+        job.kill()
+    assert job.returncode == 75, stderr
+    assert log.read_text().splitlines()[-1] == "recipe got TERM"
+    text = (LAUNCH / "slurm_dfpo.sbatch").read_text()
+    assert "#SBATCH --signal=B:TERM@360" in text
 
 
 def test_launch_scripts_parse_are_shellcheck_clean_and_hold_no_cluster_paths():

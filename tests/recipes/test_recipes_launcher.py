@@ -268,3 +268,46 @@ def test_a_real_launch_checks_its_files_first(run_setup, missing, message):
     assert result.returncode != 0
     assert message.format(model=model, data=data) in result.stderr
     assert not (tmp_path / "args.txt").exists()
+
+
+def test_the_recipe_becomes_the_driver_so_sigterm_reaches_it_and_its_status_is_the_recipes(tmp_path):
+    """dfpo_launch execs python -m dfpo.main: a scheduler's SIGTERM to the recipe's process is the
+    driver's (dfpo.preemption), and the recipe exits with the driver's status (75 after a clean
+    stop). A stand-in interpreter plays the driver; every other python call is the real one."""
+    import os
+    import signal
+    import time
+
+    fake = tmp_path / "python"
+    fake.write_text(
+        "#!/usr/bin/env bash\n"
+        'if [[ "$1" == -m && "$2" == dfpo.main ]]; then\n'
+        '  trap \'echo "driver got TERM"; exit 75\' TERM\n'
+        '  echo "driver up $$"\n'
+        "  while true; do sleep 0.1; done\n"
+        "fi\n"
+        f'exec {sys.executable} "$@"\n'
+    )
+    fake.chmod(0o755)
+    model, data = tmp_path / "model", tmp_path / "data.parquet"
+    model.mkdir()
+    data.write_bytes(b"")
+    env = recipe_env(
+        DRY_RUN="0", NNODES="1", PYTHON=str(fake), MODEL_PATH=str(model), TRAIN_FILES=str(data), VAL_FILES=str(data), OUTPUT_ROOT=str(tmp_path / "out")
+    )
+    recipe = subprocess.Popen(["bash", str(RECIPES_DIR / SCRIPT)], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = []
+        deadline = time.monotonic() + 60
+        while not any(line.startswith("driver up") for line in lines) and time.monotonic() < deadline:
+            lines.append(recipe.stdout.readline())
+        (up,) = [line for line in lines if line.startswith("driver up")]
+        assert int(up.split()[2]) == recipe.pid, f"the driver is not the recipe's process: {up!r}, recipe pid {recipe.pid}"
+        os.kill(recipe.pid, signal.SIGTERM)
+        rest = recipe.communicate(timeout=30)[0]
+    finally:
+        recipe.kill()
+    assert recipe.returncode == 75, "".join(lines) + rest
+    assert "driver got TERM" in rest
+    (console,) = (tmp_path / "out" / "logs").rglob("*.console.log")
+    assert "driver up" in console.read_text() and "driver got TERM" in console.read_text()
