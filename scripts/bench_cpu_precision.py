@@ -24,40 +24,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import socket
-import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-RESULTS = REPO_ROOT / "benchmarks" / "results"
-
-
-def environment() -> dict:
-    import torch
-    import transformers
-
-    from dfpo.verl_version import installed_version
-
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "status", "--porcelain"], cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip())
-    model_name = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")), platform.processor())
-    return {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "host": socket.gethostname(),
-        "cpu": model_name,
-        "cores": len(__import__("os").sched_getaffinity(0)),
-        "load_average": list(__import__("os").getloadavg()),
-        "commit": commit + ("+uncommitted" if dirty else ""),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "verl": installed_version("verl"),
-        "vllm": installed_version("vllm"),
-    }
+from dfpo.local.benchmark_record import environment, write_result
 
 
 def forward_backward_seconds(model, input_ids, dtype, repeats: int, give_up_s: float) -> float:
@@ -161,10 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         "training_pass": bench_training_pass(model_dir, test_file),
         "evaluation": bench_evaluation(model_dir, test_file, args.problems, args.k, auto.dtype),
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    stamp = result["environment"]["date"][:16].replace(":", "")
-    path = RESULTS / f"cpu_precision-{stamp}-{probe.capability.lower()}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    path = write_result("cpu_precision", probe.capability, result)
     print(json.dumps(result, indent=2))
     print(f"wrote {path}", file=sys.stderr)
     return 0

@@ -138,7 +138,7 @@ def test_the_readmes_first_command_runs_every_stage_and_reports(quickstart):
     root, run = quickstart
     for stage in range(1, 6) if as_written() else (1, 2, 4, 5):  # stage 3 is GSPO's training
         assert f"stage {stage}/5" in run.output
-    assert f"step {run_steps()}/{run_steps()}: train reward" in run.output and "validation after step 0: held-out accuracy" in run.output
+    assert f"step {run_steps()}/{run_steps()}: train reward" in run.output and f"validation after step 0: held-out avg@{K}" in run.output
     for method in trained_methods():  # each training run's output is in its own log
         train_log = (root / "logs" / "quickstart" / f"train_{method}.log").read_text()
         assert "(vLLMHttpServer pid=" in train_log, f"{method} was not served by verl's vLLM rollout"

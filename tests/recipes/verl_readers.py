@@ -289,6 +289,11 @@ READERS: dict[str, Reader | tuple[Reader, ...]] = {
     f"{_AR}.rollout.max_num_batched_tokens": Reader(
         _VLLM, '"max_num_batched_tokens": self.config.max_num_batched_tokens', _vllm_rollout
     ),
+    # engine_kwargs.vllm.* go to vLLM's engine arguments as they are (``**engine_kwargs``)
+    f"{_AR}.rollout.engine_kwargs.vllm.block_size": Reader(
+        "vllm/engine/arg_utils.py", "block_size: int | None = None", _vllm_rollout,
+        via=((_VLLM, "engine_kwargs = self.config.get(\"engine_kwargs\", {}).get(self._get_engine_kwargs_key(), {}) or {}"), (_VLLM, "**engine_kwargs,")),
+    ),
     f"{_AR}.rollout.max_model_len": (
         Reader(_VLLM, '"max_model_len": self.config.max_model_len', _vllm_rollout),
         Reader(_LOCAL_SERVER, "max_model_len = config.max_model_len or", _local_rollout),

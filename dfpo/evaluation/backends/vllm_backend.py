@@ -54,6 +54,7 @@ CPU_KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 CPU_DEFAULT_KV_CACHE_GIB = 1.0
 """KV cache of a CPU engine when neither ``kv_cache_gib`` nor ``VLLM_CPU_KVCACHE_SPACE`` is set."""
 GIB = 1 << 30
+CPU_BLOCK_SIZE = 32  # tokens per KV block on CPU (a multiple of 32, as vLLM's CPU backend prefers)
 
 
 def check_vllm_sampling(sampling: SamplingConfig) -> None:
@@ -154,6 +155,10 @@ class VLLMBackend:
             engine_args["max_model_len"] = max_model_len
         if kv_cache_gib is not None:
             engine_args["kv_cache_memory_bytes"] = int(kv_cache_gib * GIB)
+        if self.device == "cpu":
+            # vLLM's CPU default block (128 tokens) is longer than many prompts, and the prefix cache
+            # reuses whole blocks only (scripts/bench_vllm_cpu_block_size.py)
+            engine_args["block_size"] = CPU_BLOCK_SIZE
         self.llm = vllm.LLM(**engine_args)
         self._sampling_params_cls = vllm.SamplingParams
 

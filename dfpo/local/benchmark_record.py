@@ -1,0 +1,54 @@
+"""What every benchmark's results file records beside its numbers: when, where, on what.
+
+``scripts/bench_*.py`` write ``benchmarks/results/<name>-<UTC time>-<cpu capability>.json`` with
+:func:`environment` under ``"environment"``; the docs quote those files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+RESULTS = REPO_ROOT / "benchmarks" / "results"
+
+
+def environment() -> dict:
+    """The machine, the date, the commit and the stack's versions."""
+    import torch
+    import transformers
+
+    from dfpo.verl_version import installed_version
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain"], cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip())
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    model_name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor())
+    return {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "host": socket.gethostname(),
+        "cpu": model_name,
+        "cores": len(os.sched_getaffinity(0)),
+        "load_average": list(os.getloadavg()),
+        "commit": commit + ("+uncommitted" if dirty else ""),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "verl": installed_version("verl"),
+        "vllm": installed_version("vllm"),
+    }
+
+
+def write_result(name: str, capability: str, result: dict) -> Path:
+    """``benchmarks/results/<name>-<UTC time>-<capability>.json``; returns its path."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H%M")
+    path = RESULTS / f"{name}-{stamp}-{capability.lower()}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    return path
