@@ -83,6 +83,7 @@ CPU_KNOB_VALUES: dict[str, tuple[str, dict[str, str]]] = {
     "ACTOR_DTYPE": ("bf16", {"ROLLOUT_NAME": "vllm"}),
     "ROLLOUT_DTYPE": ("bfloat16", {"ROLLOUT_NAME": "vllm"}),
     "VLLM_KV_CACHE_GB": ("3", {"ROLLOUT_NAME": "vllm"}),
+    "VLLM_BLOCK_SIZE": ("64", {"ROLLOUT_NAME": "vllm"}),
     "WEIGHT_BUCKET_MB": ("512", {"ROLLOUT_NAME": "vllm"}),
     "RAY_OBJECT_STORE_BYTES": ("2000000000", {"ROLLOUT_NAME": "vllm"}),
     "CPU_THREADS_PER_RANK": ("7", {"ROLLOUT_NAME": "vllm"}),
