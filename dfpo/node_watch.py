@@ -72,8 +72,9 @@ def lost_nodes(watched: dict[str, dict], nodes: list[dict]) -> list[LostNode]:
     return lost
 
 
-def _interrupt_driver() -> None:
-    os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C: ray.get checks for it while it waits
+def interrupt_driver() -> None:
+    """SIGINT to this process, as Ctrl-C: ``ray.get`` checks for it while it waits."""
+    os.kill(os.getpid(), signal.SIGINT)
 
 
 class NodeWatch:
@@ -85,7 +86,7 @@ class NodeWatch:
         grace_s: float = DEFAULT_GRACE_S,
         nodes: Callable[[], list[dict]] | None = None,
         ready: Callable[[], bool] | None = None,
-        interrupt: Callable[[], None] = _interrupt_driver,
+        interrupt: Callable[[], None] = interrupt_driver,
         exit_now: Callable[[int], None] = os._exit,
         say: Callable[[str], None] | None = None,
     ) -> None:

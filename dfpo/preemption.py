@@ -36,6 +36,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from dfpo.node_watch import interrupt_driver
+
 PREEMPTED_EXIT_STATUS = 75  # EX_TEMPFAIL, as a lost node: relaunching the same command resumes
 GRACE_ENV = "DFPO_PREEMPT_GRACE_S"
 DEFAULT_GRACE_S = 300.0
@@ -100,10 +102,6 @@ def grace_from_environment(environ: dict[str, str] | None = None) -> float:
     return grace
 
 
-def _interrupt_driver() -> None:
-    os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C: ray.get checks for it while it waits
-
-
 class Preemption:
     """The driver's side (see the module docstring)."""
 
@@ -111,7 +109,7 @@ class Preemption:
         self,
         grace_s: float = DEFAULT_GRACE_S,
         request: Callable[[], Any] | None = None,
-        interrupt: Callable[[], None] = _interrupt_driver,
+        interrupt: Callable[[], None] = interrupt_driver,
         say: Callable[[str], None] = _say,
     ) -> None:
         self.grace_s = grace_s

@@ -274,8 +274,8 @@ def test_slurm_script_starts_the_launcher_on_every_node_then_the_recipe_on_the_h
 
 def test_slurm_passes_its_sigterm_to_the_recipe_and_exits_with_its_status(tmp_path):
     """sbatch --signal=B:TERM@360 signals the batch shell only: it passes SIGTERM on to the recipe
-    (the driver: dfpo.preemption stops after the step in flight), exits with the recipe's status
-    (75: relaunch to resume), and stops the nodes' Ray after it."""
+    (the driver: dfpo.preemption stops after the step in flight) and exits with the recipe's status
+    (75: relaunch to resume)."""
     log = tmp_path / "calls.txt"
     env = _slurm_stand_ins(tmp_path, log)
     recipe = tmp_path / "recipe.sh"
