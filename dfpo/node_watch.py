@@ -32,6 +32,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from dfpo.environment_seconds import seconds_from_environment
+
 NODE_LOST_EXIT_STATUS = 75  # EX_TEMPFAIL: a temporary failure; relaunching the same command resumes
 PERIOD_ENV = "DFPO_NODE_WATCH_S"
 DEFAULT_PERIOD_S = 10.0
@@ -107,14 +109,9 @@ class NodeWatch:
     @classmethod
     def from_environment(cls, environ: dict[str, str] | None = None) -> NodeWatch | None:
         """The watch with ``DFPO_NODE_WATCH_S``'s period, or None when it is 0."""
-        environ = os.environ if environ is None else environ
-        text = environ.get(PERIOD_ENV, "").strip()
-        try:
-            period = float(text) if text else DEFAULT_PERIOD_S
-        except ValueError:
-            raise ValueError(f"{PERIOD_ENV}={text!r}: expected seconds between checks of Ray's nodes (0 turns the watch off)") from None
-        if period < 0:
-            raise ValueError(f"{PERIOD_ENV}={text!r}: expected seconds >= 0 (0 turns the watch off)")
+        period = seconds_from_environment(
+            PERIOD_ENV, DEFAULT_PERIOD_S, "seconds between checks of Ray's nodes", zero_means="0 turns the watch off", environ=environ
+        )
         return cls(period_s=period) if period > 0 else None
 
     def start(self) -> None:

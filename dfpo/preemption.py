@@ -28,7 +28,6 @@ installed when the TaskRunner is created, i.e. after ``ray.init`` (which install
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import threading
@@ -36,6 +35,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from dfpo.environment_seconds import seconds_from_environment
 from dfpo.node_watch import interrupt_driver
 
 PREEMPTED_EXIT_STATUS = 75  # EX_TEMPFAIL, as a lost node: relaunching the same command resumes
@@ -91,15 +91,8 @@ def record_stop(handle: Any, step: int) -> None:
 
 
 def grace_from_environment(environ: dict[str, str] | None = None) -> float:
-    environ = os.environ if environ is None else environ
-    text = environ.get(GRACE_ENV, "").strip()
-    try:
-        grace = float(text) if text else DEFAULT_GRACE_S
-    except ValueError:
-        raise ValueError(f"{GRACE_ENV}={text!r}: expected the seconds a SIGTERM'd run may take to finish its step") from None
-    if grace <= 0:
-        raise ValueError(f"{GRACE_ENV}={text!r}: expected seconds > 0")
-    return grace
+    """``DFPO_PREEMPT_GRACE_S``: how long a SIGTERM'd run may take to finish its step (default 300 s)."""
+    return seconds_from_environment(GRACE_ENV, DEFAULT_GRACE_S, "the seconds a SIGTERM'd run may take to finish its step", environ=environ)
 
 
 class Preemption:

@@ -157,7 +157,7 @@ def test_the_period_comes_from_the_environment(value, period):
     assert (watch.period_s if watch else None) == period
 
 
-@pytest.mark.parametrize("value", ["soon", "-1"])
+@pytest.mark.parametrize("value", ["soon", "-1", "nan"])
 def test_a_bad_period_is_refused_naming_the_variable(value):
     with pytest.raises(ValueError, match=PERIOD_ENV):
         NodeWatch.from_environment({PERIOD_ENV: value})

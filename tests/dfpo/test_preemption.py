@@ -125,7 +125,7 @@ def test_the_grace_comes_from_the_environment(value, grace):
     assert grace_from_environment({} if value is None else {GRACE_ENV: value}) == grace
 
 
-@pytest.mark.parametrize("value", ["soon", "0", "-5"])
+@pytest.mark.parametrize("value", ["soon", "0", "-5", "nan", "inf"])
 def test_a_bad_grace_is_refused_naming_the_variable(value):
     with pytest.raises(ValueError, match=GRACE_ENV):
         grace_from_environment({GRACE_ENV: value})
