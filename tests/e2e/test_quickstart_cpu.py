@@ -60,7 +60,8 @@ pytestmark = pytest.mark.slow
 # "What it printed"): +34 to +45 points; the negated signal: below the start. 15 points is three
 # times the start's CI half-width (about 4.5 points) and well below the weakest seed's gain.
 MIN_GAIN = 0.15
-# both methods, ten steps, bf16 compute: about 16 min on a quiet 2-core machine (set-up done);
+# both methods, ten steps, bf16 compute: 16-18 min on a quiet 2-core machine (set-up done; 1,096 s on
+# 2026-12-05 with the held-out evaluation as the trainer's validation);
 # DFPO alone, one step, fp32: 1,131 s on an AVX2-only 2-core machine before the held-out evaluation
 # became the trainer's validation (prepare 69 s, training 627 s with its start-up and two
 # validations, merge 25 s, two separate evaluations 386 s)
