@@ -5,6 +5,8 @@ The stand-in interpreter answers ``-m dfpo.doctor``, ``-m dfpo.main`` (it writes
 checkpoint a 2-step run leaves, from the overrides the recipe really passed), ``-m
 verl.model_merger`` and ``-m dfpo.evaluation.generate``; everything else — the toy data through
 data_prep, ``python -m dfpo.run_checks`` on the log, the recipe and its launcher — runs for real.
+The GPU mode's 2-step training launch also runs, with those exact arguments, through the real
+``python -m dfpo.main`` as far as a machine without a GPU lets it: to the NCCL process group.
 The last test runs ``bash scripts/gpu_smoke.sh --cpu`` with nothing stood in: the doctor, the
 tiny model and data, 2 DFPO steps and a bypass-mode step through verl's vLLM rollout on vLLM's
 CPU build, verl.model_merger and the vLLM evaluation backend on CPU (6-9 minutes on 2 cores).
@@ -13,6 +15,7 @@ CPU build, verl.model_merger and the vLLM evaluation backend on CPU (6-9 minutes
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -150,6 +153,35 @@ def test_gpu_smoke_gpu_mode_commands_compose_in_verl_and_every_key_is_read(smoke
     assert len(update_kl) == 1 and compose_trainer_config(update_kl[0], config_name="dfpo_trainer").actor_rollout_ref.actor.policy_loss.dfpo_measure_update_kl is True
     bypass = compose_trainer_config(launches[1], config_name="dfpo_trainer")
     assert bypass.algorithm.rollout_correction.bypass_mode is True
+
+
+@pytest.mark.slow
+def test_gpu_smoke_gpu_mode_training_launch_runs_for_real_until_cuda_is_needed(smoke):
+    """The GPU mode's 2-step training launch, with exactly the arguments gpu_smoke passes (the GPU
+    recipe's settings: packing, dynamic batching, fsdp2, vLLM, device cuda), run through the real
+    ``python -m dfpo.main`` on this machine without a GPU, Ray given one logical GPU (and CPUs for
+    TransferQueue's storage actors): verl's config validation, dfpo's preflight, Ray, DFPO's
+    TaskRunner and trainer, the tokenizer and both datasets, the worker group on device ``cuda`` and
+    DFPO's worker's ``init_model`` all run, and the launch stops only where CUDA is first needed:
+    NCCL's process group. The model is a tiny Qwen3 in Qwen3-0.6B's place (about 90 s on 2 cores)."""
+    from dfpo.local.tiny_model import TinyModelSpec, build_char_tokenizer, save_untrained_model
+    from tests.e2e.recipe_runs import run_command
+
+    tmp_path, run = smoke
+    assert run().returncode == 0
+    launch = json.loads((tmp_path / "main_argv.jsonl").read_text().splitlines()[0])
+    assert f"actor_rollout_ref.model.path='{tmp_path}/Qwen3-0.6B'" in launch and "trainer.n_gpus_per_node=1" in launch
+    save_untrained_model(tmp_path / "Qwen3-0.6B", TinyModelSpec(), build_char_tokenizer())
+    logical_gpu = ["+ray_kwargs.ray_init.num_gpus=1", "ray_kwargs.ray_init.num_cpus=16"]
+    # the GPU path: no CPU backend (VERL_PLATFORM unset), a Ray instance of its own
+    result = run_command([sys.executable, "-m", "dfpo.main", *launch, *logical_gpu], {"VERL_PLATFORM": "", "RAY_ADDRESS": ""}, timeout_s=600)
+    output = result.output
+    assert result.returncode != 0, output[-3000:]
+    assert "[validate_config] All configuration checks passed successfully!" in output
+    assert re.search(r"train and validate dataloader initialized, train dataset size: \d+, val dataset size: \d+", output), output[-3000:]
+    assert "worker group kwargs: {'device_name': 'cuda'}" in output, output[-3000:]
+    assert re.search(r'dfpo/workers\.py", line \d+, in init_model', output), output[-3000:]
+    assert "ProcessGroupNCCL is only supported with GPUs, no GPUs found!" in output, output[-3000:]
 
 
 def test_gpu_smoke_reports_a_failed_stage_and_keeps_going(smoke):
