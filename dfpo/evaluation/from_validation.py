@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from dfpo.evaluation.problems import EvalProblem, file_sha256, load_problems
-from dfpo.evaluation.run_store import MANIFEST_FILE, SAMPLES_FILE, SUMMARY_FILE
+from dfpo.evaluation.run_store import RunStore
 from dfpo.evaluation.sampling import SamplingConfig
 from dfpo.evaluation.scoring import DEFAULT_SCORER, scorer_version
 from dfpo.evaluation.summary import summarize
@@ -147,11 +147,12 @@ def convert(
             + (f"{len(absent)} have none, e.g. {absent[:3]}; " if absent else "")
             + (f"{len(wrong)} have another number, e.g. {dict(list(wrong.items())[:3])}" if wrong else "")
         )
-    lines = []
+    per_problem: list[list[dict[str, Any]]] = []
     for problem in problems:
         rows = sorted(samples[problem.problem_id], key=lambda row: row[1])
         if len({uid for uid, _, _ in rows}) != 1:
             raise ValueError(f"{dump}: the samples of {problem.problem_id} come from several validation prompts (the dump mixes validations)")
+        lines = []
         for index, (_, _, record) in enumerate(rows):
             tokens = len(tokenizer.encode(str(record["output"]), add_special_tokens=False))
             extra = {key: value for key, value in record.items() if key not in VERL_KEYS}
@@ -171,8 +172,8 @@ def convert(
                     "acc": record["acc"],
                 }
             )
+        per_problem.append(lines)
     manifest = {
-        "format_version": 1,
         "model": model,
         "data": data_info,
         "backend": {"name": BACKEND_NAME, **backend},
@@ -186,11 +187,13 @@ def convert(
         "validation_dump": {"path": str(Path(dump).resolve()), "sha256": file_sha256(dump), "step": _step(dump)},
         "num_tokens": "the decoded response re-tokenized, without its end-of-sequence token",
     }
-    output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
-    (output_dir / SAMPLES_FILE).write_text("".join(json.dumps(line) + "\n" for line in lines))
-    summary = {"manifest": manifest, **summarize(lines, k)}
-    (output_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    # the run directory as dfpo.evaluation.generate writes it (a new one each time: the dump is the run)
+    store = RunStore(output_dir, manifest, overwrite=True)
+    store.open()
+    for lines in per_problem:
+        store.append_problem(lines)
+    summary = {"manifest": store.manifest, **summarize([line for lines in per_problem for line in lines], k)}
+    store.write_summary(summary)
     return summary
 
 
