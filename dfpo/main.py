@@ -1,18 +1,19 @@
 """``python -m dfpo.main`` — verl's PPO entry point with DFPO's trainer, config and worker.
 
-    python -m dfpo.main data.train_files=... actor_rollout_ref.model.path=... \
-        actor_rollout_ref.actor.policy_loss.dfpo_transform=orth_proj
+    python -m dfpo.main method=dfpo_orth_proj data.train_files=... actor_rollout_ref.model.path=...
 
 Before Ray starts, :func:`dfpo.preflight.preflight` checks what would otherwise fail after minutes
-of start-up or learn nothing (the group size, multi-node checkpoint storage, the checkpoint to
-resume); while it runs, :mod:`dfpo.node_watch` ends it within seconds of a lost Ray node, and
+of start-up or learn nothing (the group size, batch sizes and token budgets, multi-node checkpoint
+storage, the checkpoint to resume) and prints a GPU run's memory plan; ``dfpo.dry_run=true`` stops
+there, printing the composed config, without starting Ray. While it runs, :mod:`dfpo.node_watch` ends it within seconds of a lost Ray node, and
 SIGTERM ends it after the step in flight, checkpointed (:mod:`dfpo.preemption`). It is
 verl's ``main_ppo`` with three differences, all through verl's extension points: the config
 is ``dfpo/config/dfpo_trainer.yaml`` (verl's ``ppo_trainer`` plus DFPO's defaults), the Ray
 TaskRunner imports :mod:`dfpo.trainer` so that ``trainer.v1.trainer_mode=dfpo_sync`` (or
 ``dfpo_colocate_async``, ``dfpo_separate_async``) resolves,
-and the baselines (GSPO, GRPO, GRPO-fix) can run through the same trainer to get the ``dfpo/``
-learning-tax diagnostics: override ``policy_loss.loss_mode`` and ``algorithm.adv_estimator``.
+and the baselines (GSPO, GRPO, GRPO-fix) run through the same trainer, with the ``dfpo/``
+learning-tax diagnostics: ``method=<name>`` picks one of ``dfpo/config/method/*.yaml``
+(:mod:`dfpo.methods`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import signal
 
 import hydra
 import ray
+from omegaconf import OmegaConf
 from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
@@ -66,9 +68,13 @@ def main(config) -> None:
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     check_trainer_mode(config)
     try:
-        preflight(config)  # before Ray: group size, checkpoint storage, the checkpoint to resume
+        preflight(config)  # before Ray: groups, batches, checkpoint storage, the checkpoint to resume, memory
     except PreflightError as error:
         raise SystemExit(f"dfpo preflight: {error}") from None
+    if config.dfpo.dry_run:
+        print(OmegaConf.to_yaml(config))
+        print("dfpo dry run (dfpo.dry_run=true): every check passed; the config above was not run and Ray was not started")
+        return
     try:
         watch = NodeWatch.from_environment()
         preemption = Preemption(grace_s=grace_from_environment())

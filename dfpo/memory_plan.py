@@ -1,8 +1,9 @@
-"""Per-GPU memory estimate of a recipe, phase by phase (printed by the recipes with ``DRY_RUN=1``).
+"""Per-GPU memory estimate of a GPU run, phase by phase (printed by ``python -m dfpo.main`` before Ray
+starts, :func:`dfpo.preflight.memory_plan_report`; ``dfpo.dry_run=true`` prints it and stops).
 
     python dfpo/memory_plan.py --model qwen3_32b --nnodes 4 --gpus-per-node 8 --sp 4 ...
 
-Standard library only, and run as a file (not ``-m``), so that ``DRY_RUN`` stays instant. The
+Standard library only; it also runs as a file, for settings that are not a composed config. The
 numbers are estimates from the model's shape and the recipe's settings, not measurements; their
 assumptions (docs/recipes.md, "Memory plan"):
 
@@ -167,6 +168,16 @@ def plan(model: ModelShape, s: Settings) -> dict[str, dict[str, float]]:
 def peak(phases: dict[str, dict[str, float]]) -> tuple[str, float]:
     name = max(phases, key=lambda p: sum(phases[p].values()))
     return name, sum(phases[name].values())
+
+
+def known_model_of(hf_config: dict) -> str | None:
+    """The name in KNOWN_MODELS whose shape a Hugging Face ``config.json`` (as a dict) has, or None."""
+    text = hf_config.get("text_config", hf_config)
+    shape = (text.get("num_hidden_layers"), text.get("hidden_size"), text.get("vocab_size"))
+    for name, known in KNOWN_MODELS.items():
+        if shape == (known.layers, known.hidden, known.vocab):
+            return name
+    return None
 
 
 def model_shape(name: str, model_path: str | None) -> ModelShape:

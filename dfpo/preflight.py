@@ -10,6 +10,22 @@ to do:
   (:mod:`dfpo.advantage`: a singleton group gets Â = 0 exactly) and the group transform has
   nothing to equalise, so nothing is learned. (verl's ``grpo`` gives a singleton Â = r_i instead:
   REINFORCE without a baseline, not what a GRPO baseline means, but it learns; not refused.)
+* **Batches.** ``data.train_batch_size`` must be a multiple of ``actor.ppo_mini_batch_size`` (else
+  every step ends with a smaller mini-batch). With dynamic batching (``actor.use_dynamic_bsz``) each
+  token budget times the Ulysses degree must hold one whole sequence of ``data.max_prompt_length +
+  data.max_response_length`` tokens (verl cannot split a sequence over micro-batches). Padded
+  micro-batches (``model.use_remove_padding=false``) under dynamic batching with sequences of 4,096
+  tokens or more get a warning: verl fills a micro-batch up to the budget in real tokens, then pads
+  every row to the longest.
+* **Trainer mode.** ``dfpo_separate_async`` needs a checkpoint engine that reaches the rollout's own
+  devices (``nccl``, or ``local`` on CPU); ``naive`` cannot.
+* **Attention sinks and Ulysses.** A ``gpt_oss`` checkpoint (its ``config.json``, or ``dfpo.model``) with
+  ``ulysses_sequence_parallel_size > 1`` is refused: verl 0.9.1's Ulysses attention splits the query
+  heads over the ranks but passes the per-head attention-sink tensor through whole, and it does not
+  patch flex or eager attention at all, so log-probs would be silently wrong.
+* **The memory plan** of a GPU run (:mod:`dfpo.memory_plan`), printed for the model ``dfpo.model``
+  names (the recipes set it) or whose ``config.json`` shape matches a known one; a model without a
+  plan is said, not skipped in silence.
 * **Checkpoint storage.** With ``trainer.nnodes > 1`` every rank writes its shard under
   ``trainer.default_local_dir``; resume and ``verl.model_merger`` need them all at one path, so it
   must be shared storage (the filesystem types :mod:`dfpo.doctor` recognises), or the environment
@@ -28,6 +44,7 @@ to do:
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import zipfile
@@ -62,6 +79,108 @@ def check_group_size(config) -> None:
             "and a group of one has advantage 0 and nothing to equalise, so nothing would be learned. Set "
             "actor_rollout_ref.rollout.n to 2 or more (the recipes' GROUP_SIZE; the paper uses 8)."
         )
+
+
+def check_batch_sizes(config) -> None:
+    """Whole mini-batches per step, and token budgets that hold one whole sequence."""
+    data, actor = config.data, config.actor_rollout_ref.actor
+    batch, mini = int(data.train_batch_size), int(actor.ppo_mini_batch_size)
+    if batch % mini:
+        raise PreflightError(
+            f"data.train_batch_size={batch} is not a multiple of actor_rollout_ref.actor.ppo_mini_batch_size={mini} "
+            "(each step would end with a smaller mini-batch): make it one (the recipes' TRAIN_BATCH_SIZE and "
+            "PPO_MINI_BATCH_SIZE)."
+        )
+    if not actor.use_dynamic_bsz:
+        return
+    longest = int(data.max_prompt_length) + int(data.max_response_length)
+    sp = int(actor.ulysses_sequence_parallel_size)
+    budgets = {
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": actor.ppo_max_token_len_per_gpu,
+        "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": config.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu,
+    }
+    for key, budget in budgets.items():
+        if budget is not None and int(budget) * sp < longest:
+            raise PreflightError(
+                f"token budget too small: {key}={budget} times actor_rollout_ref.actor.ulysses_sequence_parallel_size={sp} "
+                f"must hold one sequence of data.max_prompt_length + data.max_response_length = {longest} tokens: raise it "
+                "(the recipes' PPO_MAX_TOKEN_LEN_PER_GPU / LOG_PROB_MAX_TOKEN_LEN_PER_GPU)."
+            )
+
+
+def padding_warning(config) -> str | None:
+    """A warning for padded micro-batches under dynamic batching with long sequences, or None."""
+    actor = config.actor_rollout_ref.actor
+    longest = int(config.data.max_prompt_length) + int(config.data.max_response_length)
+    if actor.use_dynamic_bsz and not config.actor_rollout_ref.model.use_remove_padding and longest >= 4096:
+        return (
+            "dfpo preflight warning: actor_rollout_ref.model.use_remove_padding=false with dynamic batching: a "
+            f"micro-batch is padded to its longest row, so it can hold far more than ppo_max_token_len_per_gpu="
+            f"{actor.ppo_max_token_len_per_gpu} padded tokens; for sequences of {longest} tokens use fixed micro-batches "
+            "(actor_rollout_ref.actor.use_dynamic_bsz=false; the recipes' USE_DYNAMIC_BSZ=false)."
+        )
+    return None
+
+
+def check_separate_async_engine(config) -> None:
+    """separate_async's rollout has devices of its own: the naive engine cannot reach them."""
+    if str(config.trainer.v1.trainer_mode) != "dfpo_separate_async":
+        return
+    backend = str(config.actor_rollout_ref.rollout.checkpoint_engine.backend)
+    if backend == "naive":
+        raise PreflightError(
+            "actor_rollout_ref.rollout.checkpoint_engine.backend=naive cannot reach separate_async's own rollout "
+            "devices: use nccl (GPU) or local (CPU) (the recipes' CHECKPOINT_ENGINE)."
+        )
+
+
+def _model_config(config) -> dict:
+    path = Path(_absolute(str(config.actor_rollout_ref.model.path))) / "config.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}  # not a local checkpoint (yet): verl reports it
+
+
+def check_attention_sinks_with_ulysses(config) -> None:
+    """GPT-OSS's attention sinks are not split by verl 0.9.1's Ulysses attention."""
+    sp = int(config.actor_rollout_ref.actor.ulysses_sequence_parallel_size)
+    named = str(config.dfpo.get("model") or "") if "dfpo" in config else ""
+    if sp > 1 and (_model_config(config).get("model_type") == "gpt_oss" or named.startswith("gpt_oss")):
+        raise PreflightError(
+            f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={sp} with a GPT-OSS checkpoint "
+            f"({config.actor_rollout_ref.model.path}): verl 0.9.1's Ulysses sequence parallel does not split the "
+            "attention sinks per head group (and does not patch flex_attention/eager), so log-probs would be "
+            "silently wrong. Use 1 (the recipes' SP_SIZE=1, the GPT-OSS default)."
+        )
+
+
+def memory_plan_report(config, environ: dict[str, str] | None = None) -> str | None:
+    """The per-GPU memory plan of a GPU run (text), or None on CPU. ``GPU_MEMORY_GB`` (default 80)
+    is the GPU's memory."""
+    from dfpo import memory_plan
+
+    if str(config.trainer.device) == "cpu":
+        return None
+    environ = os.environ if environ is None else environ
+    gpu_memory_gb = float(environ.get("GPU_MEMORY_GB", "80"))
+    name = config.dfpo.get("model") if "dfpo" in config else None
+    model_path = str(config.actor_rollout_ref.model.path)
+    if name is None:
+        name = memory_plan.known_model_of(_model_config(config))
+    if name is None:
+        found = "its config.json matches" if _model_config(config) else "there is no config.json there, and dfpo.model names"
+        return (
+            f"dfpo preflight: no memory plan for {model_path}: {found} no model of "
+            f"dfpo/memory_plan.py ({', '.join(sorted(memory_plan.KNOWN_MODELS))}); add its shape to KNOWN_MODELS "
+            "(and set dfpo.model) for an estimate."
+        )
+    try:
+        shape = memory_plan.model_shape(str(name), model_path)
+    except KeyError as error:
+        return f"dfpo preflight: no memory plan: {error.args[0]}; add it to KNOWN_MODELS in dfpo/memory_plan.py."
+    settings = memory_plan.settings_from_config(config, gpu_memory_gb)
+    return memory_plan.render(str(name), memory_plan.plan(shape, settings), gpu_memory_gb)
 
 
 def check_checkpoint_storage(config, environ: dict[str, str] | None = None, mounts_text: str | None = None) -> None:
@@ -193,8 +312,16 @@ def check_resume_checkpoint(config, say=print) -> None:
     )
 
 
-def preflight(config, say=print) -> None:
-    """Every check above, in order; may point the run at an earlier checkpoint (see the module)."""
+def preflight(config, say=print, environ: dict[str, str] | None = None) -> None:
+    """Every check above, in order; may point the run at an earlier checkpoint (see the module).
+    Warnings and the memory plan are said through ``say``; ``environ`` (default: this process's
+    environment) gives ``ALLOW_LOCAL_CHECKPOINTS`` and ``GPU_MEMORY_GB``."""
     check_group_size(config)
-    check_checkpoint_storage(config)
+    check_batch_sizes(config)
+    check_separate_async_engine(config)
+    check_attention_sinks_with_ulysses(config)
+    check_checkpoint_storage(config, environ=environ)
     check_resume_checkpoint(config, say=say)
+    for text in (padding_warning(config), memory_plan_report(config, environ=environ)):
+        if text:
+            say(text)

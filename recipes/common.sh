@@ -19,23 +19,26 @@
 #
 # Required: MODEL_PATH (a local Hugging Face checkpoint directory; for GPT-OSS the bf16 one).
 # DRY_RUN=1 prints the final command on one shell-quoted line instead of running it; it checks the
-# variables but not that files exist (missing files are reported on stderr only).
+# variables but not that files exist (missing files are reported on stderr only). The checks of the
+# composed config (batches, token budgets, checkpoint storage and the checkpoint to resume, the memory
+# plan: dfpo/preflight.py) run in python -m dfpo.main before Ray starts, on every path; to run them
+# without starting anything, pass dfpo.dry_run=true to the run script.
 #
-# Methods (docs/method.md §4; the values set here are what the recipe test checks):
-#   dfpo_min_replace   adv_estimator=dfpo, loss_mode=dfpo, dfpo_transform=min_replace (Eq. 17)
-#   dfpo_orth_proj     adv_estimator=dfpo, loss_mode=dfpo, dfpo_transform=orth_proj (Eq. 18)
-#   dfpo_no_stop_grad  ablation: min_replace with dfpo_stop_grad=false
-#   dfpo_scale_0p5     ablation: dfpo_transform=scale, dfpo_scale=0.5 (keeps the asymmetry)
-#   gspo               adv_estimator=grpo, loss_mode=gspo, clip 3e-4/4e-4, seq-mean-token-mean
-#   grpo               adv_estimator=grpo, loss_mode=vanilla (PPO clip 0.2/0.2), token-mean
-#   grpo_fix           adv_estimator=grpo, loss_mode=cispo with symmetric clip 0.2/0.2, token-mean
+# Methods: one Hydra config file each, dfpo/config/method/<method>.yaml (docs/method.md §2-4):
+#   dfpo_min_replace, dfpo_orth_proj (the paper's DFPO), dfpo_no_stop_grad, dfpo_scale_0p5 (its
+#   ablations), gspo, grpo, grpo_fix (the baselines).
 
 # The launcher's install check (Python source): exit 0 when the interpreter has this project's
 # distribution (dfpo-verl) and finds the dfpo and verl packages.
 DFPO_INSTALL_CHECK='import importlib.metadata as m, importlib.util as u, sys; m.distribution("dfpo-verl"); sys.exit(u.find_spec("dfpo") is None or u.find_spec("verl") is None)'
 
-DFPO_METHODS=(dfpo_min_replace dfpo_orth_proj dfpo_no_stop_grad dfpo_scale_0p5 gspo grpo grpo_fix)
 DFPO_REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DFPO_METHODS=()
+for dfpo_method_file in "$DFPO_REPO_ROOT"/dfpo/config/method/*.yaml; do
+    dfpo_method_file="${dfpo_method_file##*/}"
+    DFPO_METHODS+=("${dfpo_method_file%.yaml}")
+done
+unset dfpo_method_file
 
 dfpo_die() {
     echo "dfpo recipe error: $*" >&2
@@ -122,58 +125,12 @@ dfpo_hydra_list() {
     printf '[%s]' "$out"
 }
 
-# dfpo_method_overrides METHOD: sets DFPO_METHOD_OVERRIDES to the Hydra overrides selecting METHOD.
+# dfpo_method_overrides METHOD: sets DFPO_METHOD_OVERRIDES to the Hydra override selecting METHOD,
+# one of dfpo/config/method/*.yaml (estimator, loss, clipping and aggregation live there).
 dfpo_method_overrides() {
-    local dfpo_common=(
-        algorithm.adv_estimator=dfpo
-        actor_rollout_ref.actor.policy_loss.loss_mode=dfpo
-        actor_rollout_ref.actor.policy_loss.dfpo_scope=all
-        actor_rollout_ref.actor.policy_loss.dfpo_exact_groups=true
-        actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
-    )
-    case "$1" in
-        dfpo_min_replace)
-            DFPO_METHOD_OVERRIDES=("${dfpo_common[@]}"
-                actor_rollout_ref.actor.policy_loss.dfpo_transform=min_replace
-                actor_rollout_ref.actor.policy_loss.dfpo_stop_grad=true) ;;
-        dfpo_orth_proj)
-            DFPO_METHOD_OVERRIDES=("${dfpo_common[@]}"
-                actor_rollout_ref.actor.policy_loss.dfpo_transform=orth_proj
-                actor_rollout_ref.actor.policy_loss.dfpo_stop_grad=true) ;;
-        dfpo_no_stop_grad)
-            DFPO_METHOD_OVERRIDES=("${dfpo_common[@]}"
-                actor_rollout_ref.actor.policy_loss.dfpo_transform=min_replace
-                actor_rollout_ref.actor.policy_loss.dfpo_stop_grad=false) ;;
-        dfpo_scale_0p5)
-            DFPO_METHOD_OVERRIDES=("${dfpo_common[@]}"
-                actor_rollout_ref.actor.policy_loss.dfpo_transform=scale
-                actor_rollout_ref.actor.policy_loss.dfpo_scale=0.5
-                actor_rollout_ref.actor.policy_loss.dfpo_stop_grad=true) ;;
-        gspo)
-            DFPO_METHOD_OVERRIDES=(
-                algorithm.adv_estimator=grpo
-                actor_rollout_ref.actor.policy_loss.loss_mode=gspo
-                actor_rollout_ref.actor.clip_ratio_low=3e-4
-                actor_rollout_ref.actor.clip_ratio_high=4e-4
-                actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean) ;;
-        grpo)
-            DFPO_METHOD_OVERRIDES=(
-                algorithm.adv_estimator=grpo
-                actor_rollout_ref.actor.policy_loss.loss_mode=vanilla
-                actor_rollout_ref.actor.clip_ratio_low=0.2
-                actor_rollout_ref.actor.clip_ratio_high=0.2
-                actor_rollout_ref.actor.loss_agg_mode=token-mean) ;;
-        grpo_fix)
-            # cispo: -sg[clip(r, 1-low, 1+high)]·Â·log π, the truncation independent of the sign of Â.
-            DFPO_METHOD_OVERRIDES=(
-                algorithm.adv_estimator=grpo
-                actor_rollout_ref.actor.policy_loss.loss_mode=cispo
-                actor_rollout_ref.actor.clip_ratio_low=0.2
-                actor_rollout_ref.actor.clip_ratio_high=0.2
-                actor_rollout_ref.actor.loss_agg_mode=token-mean) ;;
-        *)
-            dfpo_die "unknown method '$1'; valid methods: ${DFPO_METHODS[*]}" ;;
-    esac
+    [[ "$1" =~ ^[a-z0-9_]+$ && -f "$DFPO_REPO_ROOT/dfpo/config/method/$1.yaml" ]] ||
+        dfpo_die "unknown method '$1'; valid methods: ${DFPO_METHODS[*]} (dfpo/config/method/*.yaml)"
+    DFPO_METHOD_OVERRIDES=("method=$1")
 }
 
 # Keys of ray.init that Ray refuses when the driver connects to a running cluster ("When connecting
@@ -213,52 +170,6 @@ dfpo_check_local_path() {
             dfpo_die "$what $path does not exist. $3"
         fi
     fi
-}
-
-# Filesystems every node of a cluster sees at the same path (types as df --output=fstype names them).
-DFPO_SHARED_FS_TYPES="nfs nfs4 lustre gpfs beegfs cephfs ceph glusterfs wekafs cifs smb3 9p virtiofs"
-
-# dfpo_fs_type PATH: the filesystem type of PATH's nearest existing ancestor ("" when unknown).
-dfpo_fs_type() {
-    local path="$1"
-    while [[ -n "$path" && ! -e "$path" ]]; do
-        path="$(dirname "$path")"
-    done
-    df --output=fstype "${path:-/}" 2>/dev/null | tail -n 1 | tr -d ' '
-}
-
-# dfpo_check_shared_checkpoints NNODES DIR: with several nodes, every rank writes its checkpoint
-# shard under DIR and resume / verl.model_merger need all of them at one path: refuse node-local DIR.
-dfpo_check_shared_checkpoints() {
-    local nnodes="$1" dir="$2" fs_type
-    ((nnodes > 1)) || return 0
-    dfpo_is_true "${ALLOW_LOCAL_CHECKPOINTS:-0}" && return 0
-    fs_type="$(dfpo_fs_type "$dir")"
-    if [[ " $DFPO_SHARED_FS_TYPES " == *" $fs_type "* || "$fs_type" == fuse.* ]]; then
-        return 0
-    fi
-    local message="checkpoint directory $dir is on ${fs_type:-an unknown filesystem}, not shared storage, with NNODES=$nnodes: every rank writes its checkpoint shard there, and resume and verl.model_merger need all shards at one path. Set OUTPUT_ROOT (or CKPT_DIR) to shared storage (NFS, Lustre, GPFS, ...), or ALLOW_LOCAL_CHECKPOINTS=1 if this path is shared in a way this check does not recognise."
-    if dfpo_is_true "${DRY_RUN:-0}"; then
-        echo "dfpo recipe warning: $message" >&2
-    else
-        dfpo_die "$message"
-    fi
-}
-
-# dfpo_memory_plan NNODES GPUS_PER_NODE MAX_PROMPT_LENGTH USE_DYNAMIC_BSZ MODEL_PATH: the per-GPU memory
-# estimate of each phase on stderr (dfpo/memory_plan.py: standard library only, run as a file).
-dfpo_memory_plan() {
-    local interpreter
-    interpreter="$(command -v python3 || true)"
-    [[ -n "$interpreter" ]] || return 0
-    "$interpreter" "$DFPO_REPO_ROOT/dfpo/memory_plan.py" --model "$MODEL_NAME" --model-path "$5" \
-        --gpu-memory-gb "${GPU_MEMORY_GB:-80}" --nnodes "$1" --gpus-per-node "$2" --sp "$SP_SIZE" \
-        --rollout-tp "$ROLLOUT_TP" --max-prompt "$3" --max-response "$MAX_RESPONSE_LENGTH" \
-        --gpu-memory-utilization "${GPU_MEMORY_UTILIZATION:-0.7}" --dynamic-bsz "$4" \
-        --ppo-tokens "${PPO_MAX_TOKEN_LEN_PER_GPU:-0}" --log-prob-tokens "${LOG_PROB_MAX_TOKEN_LEN_PER_GPU:-0}" \
-        --ppo-micro-batch "${PPO_MICRO_BATCH_SIZE_PER_GPU:-1}" --log-prob-micro-batch "${LOG_PROB_MICRO_BATCH_SIZE_PER_GPU:-1}" \
-        --param-offload "${PARAM_OFFLOAD:-true}" --optimizer-offload "${OPTIMIZER_OFFLOAD:-true}" \
-        --gradient-checkpointing "${GRADIENT_CHECKPOINTING:-true}" --entropy-chunking "${ENTROPY_CHUNKING:-true}" >&2 || true
 }
 
 # dfpo_launch METHOD [HYDRA_OVERRIDE...]: run (or with DRY_RUN=1 print) one training run.
@@ -307,20 +218,8 @@ dfpo_launch() {
         TRAIN_BATCH_SIZE "$train_batch_size" PPO_MINI_BATCH_SIZE "$ppo_mini_batch_size" PPO_EPOCHS "$ppo_epochs" \
         MAX_PROMPT_LENGTH "$max_prompt_length" SEED "$seed" TOTAL_TRAINING_STEPS "$total_training_steps" \
         MAX_RESPONSE_LENGTH "$MAX_RESPONSE_LENGTH" SP_SIZE "$SP_SIZE" ROLLOUT_TP "$ROLLOUT_TP"
-    if ((train_batch_size % ppo_mini_batch_size != 0)); then
-        dfpo_die "TRAIN_BATCH_SIZE=$train_batch_size is not a multiple of PPO_MINI_BATCH_SIZE=$ppo_mini_batch_size (each step would end with a smaller mini-batch)"
-    fi
-    local max_seq=$((max_prompt_length + MAX_RESPONSE_LENGTH))
-    if [[ "$use_dynamic_bsz" == true ]] &&
-        ((PPO_MAX_TOKEN_LEN_PER_GPU * SP_SIZE < max_seq || LOG_PROB_MAX_TOKEN_LEN_PER_GPU * SP_SIZE < max_seq)); then
-        dfpo_die "token budget too small: PPO_MAX_TOKEN_LEN_PER_GPU=$PPO_MAX_TOKEN_LEN_PER_GPU and LOG_PROB_MAX_TOKEN_LEN_PER_GPU=$LOG_PROB_MAX_TOKEN_LEN_PER_GPU times SP_SIZE=$SP_SIZE must each hold one sequence of MAX_PROMPT_LENGTH+MAX_RESPONSE_LENGTH=$max_seq tokens"
-    fi
-    if [[ "$use_dynamic_bsz" == true ]] && ! dfpo_is_true "$USE_REMOVE_PADDING" && ((max_seq >= 4096)); then
-        # verl fills a micro-batch up to the budget in real tokens, then pads every row to the
-        # longest: 30k + 2.4k + 2.4k fits a 34,816-token budget and becomes ~90k padded tokens
-        # (harmless for short sequences, such as the tiny CPU recipes' 208 tokens)
-        echo "dfpo recipe warning: USE_REMOVE_PADDING=false with dynamic batching: a micro-batch is padded to its longest row, so it can hold far more than PPO_MAX_TOKEN_LEN_PER_GPU=$PPO_MAX_TOKEN_LEN_PER_GPU padded tokens; for long sequences set USE_DYNAMIC_BSZ=false (micro-batches of PPO_MICRO_BATCH_SIZE_PER_GPU sequences)" >&2
-    fi
+    # batch divisibility, token budgets, padding, the memory plan and checkpoint storage are checked
+    # by python -m dfpo.main before Ray starts (dfpo/preflight.py), on every path
 
     local use_kl_loss=false
     dfpo_is_true "${USE_KL_LOSS:-false}" && use_kl_loss=true
@@ -342,8 +241,6 @@ dfpo_launch() {
             mode_suffix="-$trainer_mode"
             dfpo_require ROLLOUT_GPUS_PER_NODE
             dfpo_check_int ROLLOUT_GPUS_PER_NODE "$ROLLOUT_GPUS_PER_NODE" ROLLOUT_NNODES "${ROLLOUT_NNODES:-1}"
-            [[ "${CHECKPOINT_ENGINE:-nccl}" != naive ]] ||
-                dfpo_die "CHECKPOINT_ENGINE=naive cannot reach separate_async's own rollout GPUs: use nccl (GPU) or local (CPU)"
             mode_overrides=(
                 trainer.v1.trainer_mode=dfpo_separate_async
                 # verl requires train_batch_size == parameter_sync_step * ppo_mini_batch_size
@@ -438,6 +335,9 @@ dfpo_launch() {
         "reward.reward_manager.name=${REWARD_MANAGER:-naive}"
         "reward.num_workers=${REWARD_NUM_WORKERS:-16}"
 
+        # dfpo's record of the model (dfpo/memory_plan.py's name for it: the memory plan)
+        "dfpo.model=$MODEL_NAME"
+
         # trainer
         "trainer.project_name=$(dfpo_quote "$project_name")"
         "trainer.experiment_name=$(dfpo_quote "$experiment_name")"
@@ -504,7 +404,6 @@ dfpo_launch() {
     local cmd=("$python" -m dfpo.main "${overrides[@]}" "$@")
 
     # ---- files the run reads -------------------------------------------------------------------
-    dfpo_check_shared_checkpoints "$nnodes" "$ckpt_dir"
     # A model file may build its model and data first (recipes/models/tiny_cpu.sh does).
     if declare -F dfpo_model_prepare >/dev/null && ! dfpo_is_true "${DRY_RUN:-0}"; then
         dfpo_model_prepare
@@ -519,7 +418,6 @@ dfpo_launch() {
     if dfpo_is_true "${DRY_RUN:-0}"; then
         printf '%q ' "${cmd[@]}"
         printf '\n'
-        dfpo_memory_plan "$nnodes" "$gpus_per_node" "$max_prompt_length" "$use_dynamic_bsz" "$model_path"
         return 0
     fi
 

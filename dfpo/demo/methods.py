@@ -40,6 +40,7 @@ from verl.workers.config import FSDPActorConfig, PolicyLossConfig
 
 import dfpo.verl_plugin  # noqa: F401  (registers loss_mode=dfpo and adv_estimator=dfpo)
 from dfpo.loss_config import DFPOPolicyLossConfig
+from dfpo.methods import load_method
 from dfpo.micro_batch_groups import MicroBatchGroups, micro_batch_groups
 
 
@@ -65,29 +66,30 @@ class MethodSpec:
     """One line on what the method does to the shared positions."""
 
 
-METHODS: tuple[MethodSpec, ...] = (
-    MethodSpec("GRPO", "grpo", "vanilla", "token-mean", "grpo", summary="token ratio with asymmetric clip"),
-    MethodSpec(
-        "GSPO", "gspo", "gspo", "seq-mean-token-mean", "grpo", 3e-4, 4e-4, summary="sequence ratio and 1/L_i per trajectory"
-    ),
-    MethodSpec("GRPO-fix", "grpo_fix", "cispo", "token-mean", "grpo", summary="detached symmetric truncation, token-mean"),
-    MethodSpec(
-        "DFPO Min-Replace", "dfpo_min_replace", "dfpo", "seq-mean-token-mean", "dfpo",
-        dfpo_options={"dfpo_transform": "min_replace"}, summary="W~_i = min_j W_j (Eq. 17), stop-grad",
-    ),
-    MethodSpec(
-        "DFPO Orth-Proj", "dfpo_orth_proj", "dfpo", "seq-mean-token-mean", "dfpo",
-        dfpo_options={"dfpo_transform": "orth_proj"}, summary="W~ = W - (A.W/|A|^2) A (Eq. 18), stop-grad",
-    ),
-    MethodSpec(
-        "DFPO no stop-grad", "dfpo_no_stop_grad", "dfpo", "seq-mean-token-mean", "dfpo",
-        dfpo_options={"dfpo_transform": "min_replace", "dfpo_stop_grad": False}, summary="Min-Replace, gradient through W~",
-    ),
-    MethodSpec(
-        "DFPO scale 0.5", "dfpo_scale", "dfpo", "seq-mean-token-mean", "dfpo",
-        dfpo_options={"dfpo_transform": "scale", "dfpo_scale": 0.5}, summary="W~ = 0.5 W (asymmetry kept)",
-    ),
+# (display name, method file, summary), in display order; the verl settings come from the file
+_DISPLAY: tuple[tuple[str, str, str], ...] = (
+    ("GRPO", "grpo", "token ratio with asymmetric clip"),
+    ("GSPO", "gspo", "sequence ratio and 1/L_i per trajectory"),
+    ("GRPO-fix", "grpo_fix", "detached symmetric truncation, token-mean"),
+    ("DFPO Min-Replace", "dfpo_min_replace", "W~_i = min_j W_j (Eq. 17), stop-grad"),
+    ("DFPO Orth-Proj", "dfpo_orth_proj", "W~ = W - (A.W/|A|^2) A (Eq. 18), stop-grad"),
+    ("DFPO no stop-grad", "dfpo_no_stop_grad", "Min-Replace, gradient through W~"),
+    ("DFPO scale 0.5", "dfpo_scale_0p5", "W~ = 0.5 W (asymmetry kept)"),
 )
+
+
+def _spec(name: str, key: str, summary: str) -> MethodSpec:
+    selection = load_method(key)
+    return MethodSpec(
+        name, key, selection.loss_mode, selection.loss_agg_mode, selection.adv_estimator,
+        selection.clip_ratio_low, selection.clip_ratio_high,
+        # the demo's batches hold whole groups: statistics need no gathering
+        dfpo_options={k: v for k, v in selection.dfpo_options.items() if k != "dfpo_exact_groups"},
+        summary=summary,
+    )
+
+
+METHODS: tuple[MethodSpec, ...] = tuple(_spec(*entry) for entry in _DISPLAY)
 """The methods in display order."""
 
 METHOD_KEYS: tuple[str, ...] = tuple(m.key for m in METHODS)
@@ -106,7 +108,7 @@ def select_methods(keys: list[str] | None) -> list[MethodSpec]:
 def build_actor_config(method: MethodSpec, group_size: int, prompts_per_mini_batch: int) -> FSDPActorConfig:
     """verl's actor config for ``method`` (the fields its policy loss reads)."""
     if method.loss_mode == "dfpo":
-        policy_loss: PolicyLossConfig = DFPOPolicyLossConfig(loss_mode="dfpo", dfpo_exact_groups=False, **method.dfpo_options)
+        policy_loss: PolicyLossConfig = DFPOPolicyLossConfig(loss_mode="dfpo", **method.dfpo_options, dfpo_exact_groups=False)
     else:
         policy_loss = PolicyLossConfig(loss_mode=method.loss_mode)
     return FSDPActorConfig(

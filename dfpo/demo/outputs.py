@@ -132,7 +132,7 @@ def write_figure(result: DemoResult, path: Path) -> Path:
         ("reward", "reward (rollout mean)", "reward"),
     ]
     styles = {"grpo": "C0", "gspo": "C3", "grpo_fix": "C2", "dfpo_min_replace": "C4", "dfpo_orth_proj": "C9",
-              "dfpo_no_stop_grad": "C1", "dfpo_scale": "C5"}
+              "dfpo_no_stop_grad": "C1", "dfpo_scale_0p5": "C5"}
     for ax, (field, title, ylabel) in zip(axes.flat, panels):
         for m in result.methods:
             steps = [s.step for s in m.steps]
@@ -144,7 +144,7 @@ def write_figure(result: DemoResult, path: Path) -> Path:
                 steps, values = [0, *steps], [initial, *values]
             elif field in ("spelling_drift_signed", "header_drift"):
                 steps, values = [0, *steps], [0.0, *values]
-            dashed = m.method.loss_mode == "dfpo" and m.method.key in ("dfpo_no_stop_grad", "dfpo_scale")
+            dashed = m.method.loss_mode == "dfpo" and m.method.key in ("dfpo_no_stop_grad", "dfpo_scale_0p5")
             ax.plot(steps, values, label=m.method.name, color=styles.get(m.method.key), linestyle="--" if dashed else "-", linewidth=1.6)
         if field == "residual":
             ax.set_yscale("log")

@@ -12,11 +12,9 @@ MODEL_NAME=gpt_oss_120b
 # No Ulysses sequence parallel: verl 0.9.1's Ulysses attention (_ulysses_flash_attention_forward)
 # splits the 64 query heads over the SP ranks but passes the 64-head attention-sink tensor (s_aux)
 # through unchanged, and it does not patch flex_attention or eager at all (each rank would attend
-# within its slice of the sequence): log-probs would be silently wrong. SP_SIZE>1 is refused below.
+# within its slice of the sequence): log-probs would be silently wrong. SP_SIZE>1 is refused before
+# Ray starts (dfpo/preflight.py, from the checkpoint's model_type or dfpo.model).
 : "${SP_SIZE:=1}"
-if [[ "$SP_SIZE" != 1 ]]; then
-    dfpo_die "SP_SIZE=$SP_SIZE for GPT-OSS: verl 0.9.1's Ulysses sequence parallel does not split the attention sinks per head group (and does not patch flex_attention/eager), so log-probs would be silently wrong. Use SP_SIZE=1 (the default)."
-fi
 # one full-length sequence per micro-batch, for training and for the no-grad log-prob pass alike:
 # 34,816 tokens x 201,088 vocabulary entries of logits is already ~28 GB in fp32
 : "${PPO_MAX_TOKEN_LEN_PER_GPU:=$(( MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH ))}"

@@ -49,3 +49,18 @@ def test_a_damaged_latest_checkpoint_without_an_intact_one_stops_before_ray_nami
     assert done.returncode != 0
     assert f"{shard}: not a readable torch archive" in done.stderr, done.stderr[-2000:]
     assert RAY_STARTED not in done.stdout + done.stderr
+
+
+def test_a_batch_that_splits_into_unequal_mini_batches_stops_before_ray(tmp_path):
+    done = _main(tmp_path, "data.train_batch_size=6")  # the tiny recipe's mini-batch is 4 prompts
+    assert done.returncode != 0
+    assert "dfpo preflight: data.train_batch_size=6 is not a multiple of actor_rollout_ref.actor.ppo_mini_batch_size=4" in done.stderr, done.stderr[-2000:]
+    assert RAY_STARTED not in done.stdout + done.stderr
+
+
+def test_a_dry_run_checks_prints_the_config_and_starts_nothing(tmp_path):
+    done = _main(tmp_path, "dfpo.dry_run=true", "trainer.total_training_steps=3")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "dfpo dry run (dfpo.dry_run=true): every check passed" in done.stdout
+    assert "total_training_steps: 3" in done.stdout and "method: dfpo_min_replace" in done.stdout
+    assert RAY_STARTED not in done.stdout + done.stderr

@@ -18,6 +18,44 @@ RECIPES_DIR = REPO_ROOT / "recipes"
 DUMMY_MODEL_PATH = "/nonexistent/models/dfpo-recipe-test"
 TEST_HOME = "/nonexistent/home/dfpo-recipe-test"
 ENTRY = ["-m", "dfpo.main"]  # after the interpreter (python3, or $PYTHON)
+DFPO_CONFIG_DIR = REPO_ROOT / "dfpo" / "config"
+# dfpo's Hydra config groups (dfpo/config/<group>/<choice>.yaml): an override group=choice selects a file
+CONFIG_GROUPS = frozenset(p.name for p in DFPO_CONFIG_DIR.iterdir() if p.is_dir() and any(p.glob("*.yaml")))
+
+
+def group_choice(override: str) -> tuple[str, str] | None:
+    """(group, choice) when ``override`` selects a file of one of dfpo's config groups, else None."""
+    key, _, value = override.partition("=")
+    return (key, value) if key in CONFIG_GROUPS else None
+
+
+def _file_keys(node, prefix: str = "") -> list[str]:
+    keys = []
+    for key, value in node.items():
+        if isinstance(value, dict) and value:
+            keys += _file_keys(value, f"{prefix}{key}.")
+        else:
+            keys.append(f"{prefix}{key}")
+    return keys
+
+
+def keys_set(overrides: list[str]) -> list[str]:
+    """The config keys a command sets: each ``key=value``'s key ('+' prefixes dropped) and, for a
+    group choice ``group=choice``, every key its file sets; the ``dfpo.*`` keys are left out (dfpo's
+    record of its own choices, for dfpo to read, not verl)."""
+    from omegaconf import OmegaConf
+
+    keys = []
+    for override in overrides:
+        choice = group_choice(override)
+        if choice is None:
+            key = override.split("=", 1)[0].lstrip("+")
+            keys += [] if key.startswith("dfpo.") else [key]
+            continue
+        group, name = choice
+        content = OmegaConf.to_container(OmegaConf.load(DFPO_CONFIG_DIR / group / f"{name}.yaml"))
+        keys += [k for k in _file_keys(content) if not k.startswith("dfpo.")]
+    return keys
 
 
 def recipe_env(**variables: str | None) -> dict[str, str]:
@@ -104,3 +142,19 @@ def composed_config(script: str):
     from dfpo.hydra_config import compose_trainer_config
 
     return compose_trainer_config(default_command(script).overrides, config_name="dfpo_trainer")
+
+
+def preflight_says(script: str, *args: str, environ: dict[str, str] | None = None, **variables: str | None) -> list[str]:
+    """What ``python -m dfpo.main`` says before Ray for the command ``script`` prints under
+    ``variables`` (its config composed in-process and :func:`dfpo.preflight.preflight` run on it,
+    with ``environ`` as the launch's environment); a refused config raises PreflightError. Without
+    ``environ`` the environment says ALLOW_LOCAL_CHECKPOINTS=1: the recipes' OUTPUT_ROOT is on this
+    machine's disk, and only the tests of checkpoint storage are about it."""
+    from dfpo.hydra_config import compose_trainer_config
+    from dfpo.preflight import preflight
+
+    (command,) = dry_run(script, *args, **variables)
+    cfg = compose_trainer_config(command.overrides, config_name="dfpo_trainer")
+    said: list[str] = []
+    preflight(cfg, say=said.append, environ={"ALLOW_LOCAL_CHECKPOINTS": "1"} if environ is None else environ)
+    return said

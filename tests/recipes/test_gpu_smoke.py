@@ -134,6 +134,7 @@ def test_gpu_smoke_gpu_mode_commands_compose_in_verl_and_every_key_is_read(smoke
     from verl.utils.config import omega_conf_to_dataclass
 
     from dfpo.hydra_config import compose_trainer_config
+    from tests.recipes.recipe_commands import keys_set
     from tests.recipes.verl_readers import reader_of, running_reader
 
     tmp_path, run = smoke
@@ -145,8 +146,7 @@ def test_gpu_smoke_gpu_mode_commands_compose_in_verl_and_every_key_is_read(smoke
         assert cfg.trainer.device == "cuda" and cfg.actor_rollout_ref.rollout.name == "vllm"
         actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
         assert actor.policy_loss.loss_mode == "dfpo" and actor.optim.lr == pytest.approx(1e-4)
-        for override in overrides:
-            key = override.split("=", 1)[0].lstrip("+")
+        for key in keys_set(overrides):
             assert reader_of(key) is not None, f"gpu_smoke sets {key}, which nothing on verl 0.9.1's V1 engine path reads"
             assert running_reader(key, cfg) is not None, f"gpu_smoke sets {key}, read only under a condition that is off"
     update_kl = [launch for launch in launches if "actor_rollout_ref.actor.policy_loss.dfpo_measure_update_kl=true" in launch]

@@ -15,44 +15,23 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
-from tests.recipes.recipe_commands import REPO_ROOT, recipe_env, run_recipe
-from tests.recipes.test_recipes_launcher import run_setup  # noqa: F401  (the fixture)
+from dfpo.preflight import PreflightError
+from tests.recipes.recipe_commands import REPO_ROOT, preflight_says, recipe_env, run_recipe
 
 SCRIPT = "run_dfpo_min_replace_qwen3_32b.sh"
 LAUNCH = REPO_ROOT / "scripts" / "launch"
 
 
-def test_multi_node_run_refuses_node_local_checkpoints(run_setup):
-    tmp_path, env = run_setup
-    result = run_recipe(SCRIPT, env={**env, "NNODES": "2", "OUTPUT_ROOT": str(tmp_path / "runs")})
-    assert result.returncode != 0
-    assert "not shared storage, with NNODES=2" in result.stderr and "OUTPUT_ROOT" in result.stderr
-    assert not (tmp_path / "args.txt").exists()
-    # a single node, or an explicit override, runs
-    assert run_recipe(SCRIPT, env={**env, "NNODES": "1", "OUTPUT_ROOT": str(tmp_path / "runs")}).returncode == 0
-    allowed = {**env, "NNODES": "2", "OUTPUT_ROOT": str(tmp_path / "runs"), "ALLOW_LOCAL_CHECKPOINTS": "1"}
-    assert run_recipe(SCRIPT, env=allowed).returncode == 0
-
-
-def test_dry_run_only_warns_about_node_local_checkpoints():
-    result = run_recipe(SCRIPT, env=recipe_env(NNODES="2"))
-    assert result.returncode == 0 and "not shared storage" in result.stderr
-
-
-def test_shared_filesystem_types_pass(tmp_path):
-    fake_df = tmp_path / "bin" / "df"
-    fake_df.parent.mkdir()
-    fake_df.write_text("#!/usr/bin/env bash\necho Type\necho nfs4\n")
-    fake_df.chmod(0o755)
-    check = subprocess.run(
-        ["bash", "-c", f"source recipes/common.sh; dfpo_check_shared_checkpoints 4 {tmp_path}/ckpt && echo passed"],
-        cwd=REPO_ROOT,
-        env={**recipe_env(DRY_RUN=None), "PATH": f"{fake_df.parent}:/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-    )
-    assert check.stdout.strip() == "passed", check.stderr
+def test_multi_node_run_refuses_node_local_checkpoints(tmp_path):
+    """dfpo.main's preflight on the recipe's config: several nodes with OUTPUT_ROOT on local disk stop
+    before Ray, naming the key and the knob; one node, or ALLOW_LOCAL_CHECKPOINTS=1, pass."""
+    local = {"OUTPUT_ROOT": str(tmp_path / "runs")}
+    with pytest.raises(PreflightError, match=r"not shared storage, with trainer.nnodes=2.*OUTPUT_ROOT"):
+        preflight_says(SCRIPT, NNODES="2", environ={}, **local)
+    preflight_says(SCRIPT, NNODES="1", environ={}, **local)
+    preflight_says(SCRIPT, NNODES="2", environ={"ALLOW_LOCAL_CHECKPOINTS": "1"}, **local)
 
 
 def _stand_in(directory, name, body):

@@ -16,10 +16,10 @@ def sweep_commands():
 
 def test_sweep_runs_dfpo_and_gspo_at_every_paper_group_size(sweep_commands):
     runs = [
-        (int(c.value("actor_rollout_ref.rollout.n")), c.value("actor_rollout_ref.actor.policy_loss.loss_mode"))
+        (int(c.value("actor_rollout_ref.rollout.n")), c.value("method"))
         for c in sweep_commands
     ]
-    assert runs == [(g, mode) for g in PAPER_GROUP_SIZES for mode in ("dfpo", "gspo")]
+    assert runs == [(g, method) for g in PAPER_GROUP_SIZES for method in ("dfpo_min_replace", "gspo")]
     names = [c.value("trainer.experiment_name") for c in sweep_commands]
     assert len(set(names)) == len(names)
 
@@ -60,7 +60,7 @@ def test_sweep_knobs_narrow_the_grid_and_pass_overrides():
         SWEEP_SCRIPT, "trainer.total_training_steps=50", SWEEP_GROUP_SIZES="16", SWEEP_METHODS="dfpo_orth_proj"
     )
     assert len(commands) == 1
-    assert commands[0].value("actor_rollout_ref.actor.policy_loss.dfpo_transform") == "orth_proj"
+    assert commands[0].value("method") == "dfpo_orth_proj"
     assert commands[0].value("trainer.total_training_steps") == "50"
 
 

@@ -31,7 +31,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf, open_dict
 
 from dfpo.hydra_config import compose_trainer_config
-from tests.recipes.recipe_commands import RECIPES_DIR, REPO_ROOT, composed_config, default_command, dry_run
+from tests.recipes.recipe_commands import RECIPES_DIR, REPO_ROOT, composed_config, default_command, dry_run, group_choice, keys_set
 from tests.recipes.recipe_expectations import CPU_RUN_SCRIPTS, GPU_RUN_SCRIPTS, METHODS, SWEEP_SCRIPT
 from tests.recipes.verl_readers import READERS, reader_of, readers, running_reader, source_path
 
@@ -160,7 +160,7 @@ KNOB_VALUES: dict[str, tuple[str, dict[str, str]]] = {
 LAUNCHER_KNOBS = {
     "PYTHON": "the interpreter of the printed command",
     "DRY_RUN": "print instead of run",
-    "GPU_MEMORY_GB": "GPU memory the DRY_RUN memory plan assumes (test_recipes_memory_plan.py)",
+    "GPU_MEMORY_GB": "GPU memory the memory plan of dfpo.main's preflight assumes (dfpo/preflight.py)",
     "ALLOW_LOCAL_CHECKPOINTS": "accept node-local checkpoints on several nodes (test_launch_multi_node.py)",
 }
 
@@ -199,7 +199,9 @@ _COMPOSED: list[tuple[frozenset[str], object]] = []
 
 
 def _override_keys(overrides: list[str]) -> frozenset[str]:
-    return frozenset(o.split("=", 1)[0] for o in overrides)
+    """The keys of ``overrides``, and each config-group choice whole (``method=gspo``): a config
+    composed with another choice is no base for this one."""
+    return frozenset(o if group_choice(o) else o.split("=", 1)[0] for o in overrides)
 
 
 def _config_for(overrides: list[str]):
@@ -212,7 +214,7 @@ def _config_for(overrides: list[str]):
     for base_keys, base in _COMPOSED:
         if base_keys <= keys:
             cfg = copy.deepcopy(base)
-            for override in OverridesParser.create().parse_overrides(overrides):
+            for override in OverridesParser.create().parse_overrides([o for o in overrides if not group_choice(o)]):
                 with open_dict(cfg):
                     OmegaConf.update(cfg, override.key_or_group, override.value(), merge=False, force_add=True)
             return cfg
@@ -251,8 +253,7 @@ def test_the_knob_table_and_this_test_list_the_same_knobs():
 @pytest.mark.parametrize("script", sorted(GPU_RUN_SCRIPTS))
 def test_every_key_a_recipe_sets_is_read_on_the_v1_engine_path(script):
     command, cfg = default_command(script), composed_config(script)
-    for override in command.overrides:
-        key = override.split("=", 1)[0].lstrip("+")
+    for key in keys_set(command.overrides):
         found = reader_of(key)
         assert found is not None, f"{script} sets {key}, which verl 0.9.1's V1 engine path never reads"
         assert running_reader(key, cfg) is not None, (
@@ -268,8 +269,7 @@ def test_every_key_a_recipe_sets_is_read_on_the_v1_engine_path(script):
 def test_conditional_keys_are_set_when_their_reader_runs(variables):
     # a full compose here: these commands add keys the default command lacks
     command, cfg = _compose(SCRIPT, tuple(variables.items()))
-    for override in command.overrides:
-        key = override.split("=", 1)[0].lstrip("+")
+    for key in keys_set(command.overrides):
         assert running_reader(key, cfg) is not None, key
 
 
@@ -287,8 +287,8 @@ def test_every_documented_knob_changes_a_key_verl_reads(knob):
 
 def test_the_sweep_sets_only_read_keys():
     for command in dry_run(SWEEP_SCRIPT, SWEEP_GROUP_SIZES="2"):
-        for override in command.overrides:
-            assert reader_of(override.split("=", 1)[0].lstrip("+")) is not None, override
+        for key in keys_set(command.overrides):
+            assert reader_of(key) is not None, key
 
 
 def test_the_cpu_run_scripts_are_found_by_name():
@@ -302,8 +302,7 @@ def test_the_cpu_run_scripts_are_found_by_name():
 def test_every_key_a_cpu_recipe_sets_is_read_on_the_path_that_runs(script, variables):
     command, cfg = _compose(script, tuple(sorted(variables.items())))
     assert cfg.actor_rollout_ref.rollout.name == variables["ROLLOUT_NAME"]
-    for override in command.overrides:
-        key = override.split("=", 1)[0].lstrip("+")
+    for key in keys_set(command.overrides):
         found = reader_of(key)
         assert found is not None, (
             f"{script} {variables} sets {key}, which no reader in tests/recipes/verl_readers.py reads on the path "

@@ -15,6 +15,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from dfpo.hydra_config import compose_trainer_config
+from dfpo.methods import load_method, method_names
+from dfpo.preflight import PreflightError
 from tests.recipes.recipe_commands import (
     DUMMY_MODEL_PATH,
     RECIPES_DIR,
@@ -22,6 +24,7 @@ from tests.recipes.recipe_commands import (
     TEST_HOME,
     dry_run,
     parse_commands,
+    preflight_says,
     recipe_env,
     run_recipe,
 )
@@ -61,10 +64,43 @@ def test_missing_model_path_stops_with_a_clear_message(script):
     assert "MODEL_PATH is not set" in result.stderr and f"recipes/{script}" in result.stderr
 
 
-def test_every_method_of_the_launcher_is_known_to_the_tests():
-    text = (RECIPES_DIR / "common.sh").read_text()
-    declared = re.search(r"^DFPO_METHODS=\(([^)]*)\)", text, re.MULTILINE).group(1).split()
-    assert sorted(declared) == sorted(METHODS)
+def test_every_method_file_is_known_to_the_tests():
+    assert method_names() == tuple(sorted(METHODS))
+    for name, expected in METHODS.items():
+        selection = load_method(name)
+        assert (selection.adv_estimator, selection.loss_mode, selection.loss_agg_mode) == (
+            expected.adv_estimator, expected.loss_mode, expected.loss_agg_mode)
+
+
+def test_a_new_method_is_one_file(tmp_path):
+    """A method file added to dfpo/config/method/ is all the launcher and dfpo.main need: the
+    launcher accepts its name and selects it, and the config composes with its values."""
+    import shutil
+
+    from hydra import compose, initialize_config_dir
+
+    root = tmp_path / "repo"
+    shutil.copytree(REPO_ROOT / "recipes", root / "recipes")
+    shutil.copytree(REPO_ROOT / "dfpo" / "config", root / "dfpo" / "config")
+    (root / "dfpo" / "config" / "method" / "dfpo_orth_proj_prefix.yaml").write_text(
+        "# @package _global_\n"
+        "dfpo:\n  method: dfpo_orth_proj_prefix\n"
+        "algorithm:\n  adv_estimator: dfpo\n"
+        "actor_rollout_ref:\n  actor:\n    loss_agg_mode: seq-mean-token-mean\n"
+        "    policy_loss:\n      loss_mode: dfpo\n      dfpo_transform: orth_proj\n      dfpo_scope: shared_prefix\n"
+    )
+    result = subprocess.run(
+        ["bash", "-c", "source recipes/common.sh; source recipes/models/qwen3_32b.sh; dfpo_launch dfpo_orth_proj_prefix"],
+        cwd=root, env=recipe_env(), capture_output=True, text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    (command,) = parse_commands(result.stdout)
+    assert command.value("method") == "dfpo_orth_proj_prefix"
+    assert "dfpo_orth_proj_prefix-qwen3_32b-g8-seed1" in command.value("trainer.experiment_name")
+    with initialize_config_dir(config_dir=str(root / "dfpo" / "config"), version_base=None):
+        cfg = compose("dfpo_trainer", overrides=command.overrides)
+    options = cfg.actor_rollout_ref.actor.policy_loss
+    assert (cfg.dfpo.method, options.dfpo_transform, options.dfpo_scope) == ("dfpo_orth_proj_prefix", "orth_proj", "shared_prefix")
 
 
 def test_unknown_method_lists_the_valid_ones():
@@ -98,8 +134,6 @@ def test_launcher_without_a_model_file_names_the_missing_variable():
     [
         ({"GROUP_SIZE": "0"}, "GROUP_SIZE must be a positive integer, got '0'"),
         ({"SEED": "one"}, "SEED must be a positive integer, got 'one'"),
-        ({"TRAIN_BATCH_SIZE": "100"}, "TRAIN_BATCH_SIZE=100 is not a multiple of PPO_MINI_BATCH_SIZE=32"),
-        ({"PPO_MAX_TOKEN_LEN_PER_GPU": "4096"}, "token budget too small"),
         ({"DRY_RUN": "maybe"}, "expected a boolean"),
         ({"MODEL_PATH": "/models/it's"}, "contains a quote or a backslash"),
         ({"TRAIN_FILES": ","}, "empty file list"),
@@ -112,6 +146,21 @@ def test_bad_knobs_fail_before_anything_runs(variables, message):
     result = run_recipe(SCRIPT, env=recipe_env(**variables))
     assert result.returncode != 0 and result.stdout == ""
     assert message in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("variables", "message"),
+    [
+        ({"TRAIN_BATCH_SIZE": "100"}, "data.train_batch_size=100 is not a multiple of actor_rollout_ref.actor.ppo_mini_batch_size=32"),
+        ({"PPO_MAX_TOKEN_LEN_PER_GPU": "4096"}, "token budget too small: actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096"),
+        ({"LOG_PROB_MAX_TOKEN_LEN_PER_GPU": "4096"}, "token budget too small: actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=4096"),
+    ],
+)
+def test_impossible_batches_stop_before_ray(variables, message):
+    """dfpo.main's preflight on the recipe's config (dfpo/preflight.py), naming the key and the knob."""
+    with pytest.raises(PreflightError, match=re.escape(message)):
+        preflight_says(SCRIPT, **variables)
+    assert preflight_says(SCRIPT, TRAIN_BATCH_SIZE="96", PPO_MAX_TOKEN_LEN_PER_GPU="8704")  # the plan is said
 
 
 def test_variables_and_extra_overrides_reach_the_config():

@@ -1,5 +1,5 @@
 """The memory plan (dfpo/memory_plan.py): every shipped GPU recipe fits an 80 GB GPU with a margin,
-DRY_RUN prints the plan of the config it prints, and the estimate's parts follow their formulas."""
+dfpo.main says the plan of the config it runs, and the estimate's parts follow their formulas."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import re
 import pytest
 
 from dfpo import memory_plan as mp
-from tests.recipes.recipe_commands import composed_config, recipe_env, run_recipe
+from dfpo.preflight import memory_plan_report as mp_report
+from tests.recipes.recipe_commands import composed_config, preflight_says
 from tests.recipes.recipe_expectations import GPU_RUN_SCRIPTS, split_script_name
 
 GPU_MEMORY_GB = 80.0
@@ -25,26 +26,44 @@ def test_every_recipe_fits_an_80_gb_gpu_with_a_margin(script):
     )
 
 
+def _plan(said: list[str]) -> str:
+    (text,) = [t for t in said if t.startswith("memory plan per GPU")]
+    return text
+
+
 @pytest.mark.parametrize("script", ["run_gspo_qwen3_32b.sh", "run_grpo_qwen3_next_80b_a3b_thinking.sh"])
-def test_dry_run_prints_the_plan_of_the_config_it_prints(script):
-    result = run_recipe(script)
-    assert result.returncode == 0
-    printed = re.search(r"peak: (.+?), ([\d.]+) GB", result.stderr)
-    assert printed, result.stderr
+def test_the_launch_says_the_plan_of_the_config_it_runs(script):
+    """dfpo.main's preflight prints the plan of the composed config, for the model dfpo.model names."""
+    printed = re.search(r"peak: (.+?), ([\d.]+) GB", _plan(preflight_says(script)))
     settings = mp.settings_from_config(composed_config(script), GPU_MEMORY_GB)
     phase, total = mp.peak(mp.plan(mp.KNOWN_MODELS[split_script_name(script)[1]], settings))
     assert printed.group(1) == phase and float(printed.group(2)) == pytest.approx(total, abs=0.05)
-    assert result.stdout.count("\n") == 1  # the command line alone on stdout
 
 
 def test_the_plan_follows_the_recipe_knobs():
-    base = run_recipe("run_gspo_qwen3_32b.sh").stderr
-    halved = run_recipe("run_gspo_qwen3_32b.sh", env=recipe_env(NNODES="2")).stderr
+    base = _plan(preflight_says("run_gspo_qwen3_32b.sh"))
+    halved = _plan(preflight_says("run_gspo_qwen3_32b.sh", NNODES="2"))
 
     def update(text):
         return float(re.search(r"actor update\s+([\d.]+) GB", text).group(1))
 
     assert update(halved) > update(base)  # half the ranks: twice the optimizer-state shards
+
+
+def test_a_model_without_a_plan_is_said(tmp_path):
+    checkpoint = tmp_path / "my-model"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text('{"num_hidden_layers": 3, "hidden_size": 64, "vocab_size": 100}')
+    config = composed_config("run_gspo_qwen3_32b.sh").copy()
+    config.dfpo.model = None
+    config.actor_rollout_ref.model.path = str(checkpoint)
+    assert "no memory plan for" in mp_report(config) and "config.json matches no model" in mp_report(config)
+    (checkpoint / "config.json").write_text('{"num_hidden_layers": 64, "hidden_size": 5120, "vocab_size": 151936}')
+    assert mp_report(config).startswith("memory plan per GPU for qwen3_32b")  # found by its shape
+    config.dfpo.model = "my_model"
+    assert "no memory shape for model 'my_model'" in mp_report(config)
+    config.trainer.device = "cpu"
+    assert mp_report(config) is None
 
 
 def test_the_parts_follow_their_formulas():

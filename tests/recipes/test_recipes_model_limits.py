@@ -8,7 +8,8 @@ import inspect
 
 import pytest
 
-from tests.recipes.recipe_commands import composed_config, recipe_env, run_recipe
+from dfpo.preflight import PreflightError
+from tests.recipes.recipe_commands import composed_config, preflight_says
 from tests.recipes.recipe_expectations import GPU_RUN_SCRIPTS, split_script_name
 
 GPT_OSS_SCRIPTS = sorted(s for s in GPU_RUN_SCRIPTS if split_script_name(s)[1] == "gpt_oss_120b")
@@ -18,7 +19,7 @@ def test_the_reason_gpt_oss_cannot_use_ulysses_still_holds():
     """GPT-OSS's attention passes its per-head sinks as ``s_aux``; verl's Ulysses wrapper splits the
     heads over the SP ranks but forwards ``**kwargs`` (``s_aux`` included) untouched, and patches
     only the flash-attention path. When this fails, verl may have learnt to split the sinks:
-    re-check, and allow SP_SIZE>1 in recipes/models/gpt_oss_120b.sh only with a test of equal
+    re-check, and allow SP>1 in dfpo/preflight.py (check_attention_sinks_with_ulysses) only with a test of equal
     log-probs at SP=1 and SP>1."""
     from transformers.models.gpt_oss import modeling_gpt_oss
     from verl.models.transformers import monkey_patch
@@ -41,10 +42,17 @@ def test_gpt_oss_runs_without_sequence_parallel(script):
     assert cfg.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu == longest
 
 
-def test_gpt_oss_refuses_ulysses():
-    result = run_recipe(GPT_OSS_SCRIPTS[0], env=recipe_env(SP_SIZE="4"))
-    assert result.returncode != 0 and result.stdout == ""
-    assert "SP_SIZE=4 for GPT-OSS" in result.stderr and "attention sinks" in result.stderr
+def test_gpt_oss_refuses_ulysses(tmp_path):
+    """Refused before Ray by name (the recipe's dfpo.model) and by the checkpoint's model_type."""
+    with pytest.raises(PreflightError, match=r"ulysses_sequence_parallel_size=4 with a GPT-OSS checkpoint.*attention sinks"):
+        preflight_says(GPT_OSS_SCRIPTS[0], SP_SIZE="4")
+    checkpoint = tmp_path / "some-gpt-oss"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text('{"model_type": "gpt_oss"}')
+    with pytest.raises(PreflightError, match="attention sinks"):
+        preflight_says("run_gspo_qwen3_32b.sh", MODEL_PATH=str(checkpoint), SP_SIZE="4")
+    (checkpoint / "config.json").write_text('{"model_type": "qwen3"}')
+    preflight_says("run_gspo_qwen3_32b.sh", MODEL_PATH=str(checkpoint), SP_SIZE="4")
 
 
 @pytest.mark.parametrize("script", sorted(GPU_RUN_SCRIPTS))
@@ -61,8 +69,9 @@ def test_unpacked_micro_batches_are_bounded_in_padded_tokens(script):
 
 
 def test_unpacked_dynamic_batching_is_warned_about():
-    result = run_recipe(
-        "run_gspo_qwen3_next_80b_a3b_thinking.sh", env=recipe_env(USE_DYNAMIC_BSZ="true", PPO_MAX_TOKEN_LEN_PER_GPU="34816", LOG_PROB_MAX_TOKEN_LEN_PER_GPU="34816")
+    said = preflight_says(
+        "run_gspo_qwen3_next_80b_a3b_thinking.sh", USE_DYNAMIC_BSZ="true", PPO_MAX_TOKEN_LEN_PER_GPU="34816", LOG_PROB_MAX_TOKEN_LEN_PER_GPU="34816"
     )
-    assert result.returncode == 0
-    assert "USE_REMOVE_PADDING=false with dynamic batching" in result.stderr and "USE_DYNAMIC_BSZ=false" in result.stderr
+    warnings = [text for text in said if "use_remove_padding=false with dynamic batching" in text]
+    assert len(warnings) == 1 and "USE_DYNAMIC_BSZ=false" in warnings[0]
+    assert not any("use_remove_padding=false" in text for text in preflight_says("run_gspo_qwen3_next_80b_a3b_thinking.sh"))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from dfpo.hydra_config import compose_trainer_config
-from tests.recipes.recipe_commands import dry_run, recipe_env, run_recipe
+from dfpo.preflight import PreflightError
+from tests.recipes.recipe_commands import dry_run, preflight_says, recipe_env, run_recipe
 
 GPU_SCRIPT = "run_dfpo_min_replace_qwen3_32b.sh"
 CPU_SCRIPT = "run_dfpo_min_replace_tiny_cpu.sh"
@@ -58,9 +59,15 @@ def test_cpu_recipe_gives_separate_async_its_rollout_rank_and_the_local_checkpoi
     [
         ({"TRAINER_MODE": "async"}, "expected sync, colocate_async or separate_async"),
         ({"TRAINER_MODE": "separate_async"}, "ROLLOUT_GPUS_PER_NODE"),
-        ({"TRAINER_MODE": "separate_async", "ROLLOUT_GPUS_PER_NODE": "4", "CHECKPOINT_ENGINE": "naive"}, "CHECKPOINT_ENGINE=naive"),
     ],
 )
 def test_impossible_modes_are_refused_with_what_to_do(variables, message):
     result = run_recipe(GPU_SCRIPT, env=recipe_env(**variables))
     assert result.returncode != 0 and message in result.stderr, result.stderr
+
+
+def test_separate_async_with_the_naive_engine_stops_before_ray():
+    variables = {"TRAINER_MODE": "separate_async", "ROLLOUT_GPUS_PER_NODE": "4"}
+    with pytest.raises(PreflightError, match=r"checkpoint_engine.backend=naive cannot reach separate_async.*CHECKPOINT_ENGINE"):
+        preflight_says(GPU_SCRIPT, CHECKPOINT_ENGINE="naive", **variables)
+    preflight_says(GPU_SCRIPT, CHECKPOINT_ENGINE="nccl", **variables)
