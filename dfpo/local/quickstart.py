@@ -58,9 +58,9 @@ run with its command and the tail of its log.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -73,6 +73,7 @@ from dfpo.local import cpu_precision
 from dfpo.local.pretrained_model import MODEL_NAME, PretrainedModelError
 from dfpo.local.prepare import prepare_pretrained
 from dfpo.local.sums_task import TEST_SOURCE, TEST_TITLE, task_digest
+from dfpo.run_identity import config_digest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -86,8 +87,6 @@ class Method:
 METHODS = (Method("dfpo_min_replace", "DFPO (Min-Replace)"), Method("gspo", "GSPO"))
 START = "Start (no RL)"
 RECIPE_MODEL = "smollm2_135m_cpu"
-# the files whose settings a training run's results depend on, beside the method's own
-RECIPE_FILES = (REPO_ROOT / "recipes" / "models" / f"{RECIPE_MODEL}.sh", REPO_ROOT / "recipes" / "models" / "cpu_base.sh")
 EXPERIMENT_LOGS = "logs/quickstart"
 TARGET_GAIN = 0.20  # the issue's bar: DFPO's held-out avg@k at least 20 points above the start's
 
@@ -153,18 +152,48 @@ class Precision:
         return cpu_precision.record({"actor": self.actor, "rollout": self.rollout})
 
 
-def experiment_name(method: Method, steps: int, seed: int, overrides: tuple[str, ...] = (), settings: dict[str, str] | None = None) -> str:
-    """The run's name, ending in a digest of what else its result depends on (the task's version,
-    the CPU recipe files' settings, the knobs the quickstart sets — ranks, dtypes — and the extra
-    overrides), so that a rerun in the same output root reuses a checkpoint only when it would
-    train the same thing."""
-    digest = hashlib.sha256()
-    digest.update(task_digest().encode())
-    for path in RECIPE_FILES:
-        digest.update(path.read_bytes())
-    digest.update("\n".join(overrides).encode())
-    digest.update(json.dumps(settings or {}, sort_keys=True).encode())
-    return f"quickstart-{method.recipe_method}-{steps}steps-seed{seed}-{digest.hexdigest()[:8]}"
+IDENTITY_PROBE = "quickstart-identity-probe"  # the experiment name of the DRY_RUN that names a run
+
+
+def recipe_script(method: Method) -> str:
+    return f"recipes/run_{method.recipe_method}_{RECIPE_MODEL}.sh"
+
+
+def recipe_env(root: Path, steps: int, seed: int, knobs: dict[str, str], experiment: str) -> dict[str, str]:
+    """The recipe's environment knobs for one training run (besides the caller's environment)."""
+    return {
+        **knobs,
+        "OUTPUT_ROOT": str(root),
+        "TOTAL_TRAINING_STEPS": str(steps),
+        "SEED": str(seed),
+        "EXPERIMENT_NAME": experiment,
+        "SAVE_FREQ": str(steps),
+        "TEST_FREQ": str(max(1, steps // 2)),  # held-out avg@k before (first run), halfway, at the end
+        "PYTHON": sys.executable,
+    }
+
+
+def launch_overrides(script: str, env: dict[str, str], overrides: tuple[str, ...]) -> list[str]:
+    """The Hydra overrides ``bash script overrides...`` passes to ``python -m dfpo.main`` (its DRY_RUN line)."""
+    done = subprocess.run(
+        ["bash", script, *overrides], cwd=REPO_ROOT, env={**os.environ, **env, "DRY_RUN": "1"}, capture_output=True, text=True, timeout=120,
+    )
+    if done.returncode != 0:
+        raise StageFailed(f"bash {script} in DRY_RUN mode exited {done.returncode}:\n{done.stderr[-2000:]}")
+    argv = shlex.split(done.stdout.strip().splitlines()[-1])
+    return argv[argv.index("dfpo.main") + 1 :]
+
+
+def experiment_name(
+    method: Method, root: Path, steps: int, seed: int, overrides: tuple[str, ...] = (), knobs: dict[str, str] | None = None,
+) -> str:
+    """The run's name, ending in the digest of its composed config (:mod:`dfpo.run_identity`: the
+    overrides the recipe passes under these knobs and this environment, dfpo's config files, verl's
+    version) and of the task's version, so that a rerun in the same output root reuses a checkpoint,
+    and the evaluations of its validation, only when it would train the same thing."""
+    env = recipe_env(root, steps, seed, knobs or {}, IDENTITY_PROBE)
+    digest = config_digest(launch_overrides(recipe_script(method), env, overrides), IDENTITY_PROBE, extra=(task_digest(),))
+    return f"quickstart-{method.recipe_method}-{steps}steps-seed{seed}-{digest[:8]}"
 
 
 def validation_key(data: dict) -> str | None:
@@ -248,26 +277,17 @@ def train(
     ``knobs``: recipe environment knobs, e.g. the resolved dtypes and the validation's); returns
     the run's name, file log and validation dumps."""
     knobs = {**(knobs or {}), "GPUS_PER_NODE": str(ranks)}
-    experiment = experiment_name(method, steps, seed, overrides, knobs)
+    experiment = experiment_name(method, root, steps, seed, overrides, knobs)
     validation_dir = root / "validation" / experiment
     checkpoints = root / "checkpoints" / "dfpo" / experiment
     latest = checkpoints / "latest_checkpointed_iteration.txt"
     log_dir = root / "logs" / "dfpo"
     if latest.exists() and latest.read_text().strip() == str(steps):
-        say(f"{method.label}: {steps} steps already trained ({checkpoints})")
+        say(f"{method.label}: {steps} steps already trained with this composed config, reused ({checkpoints})")
     else:
-        script = f"recipes/run_{method.recipe_method}_{RECIPE_MODEL}.sh"
+        script = recipe_script(method)
         say(f"{method.label}: training {steps} steps on {ranks} CPU ranks (bash {script})")
-        env = {
-            **knobs,
-            "OUTPUT_ROOT": str(root),
-            "TOTAL_TRAINING_STEPS": str(steps),
-            "SEED": str(seed),
-            "EXPERIMENT_NAME": experiment,
-            "SAVE_FREQ": str(steps),
-            "TEST_FREQ": str(max(1, steps // 2)),  # held-out avg@k before (first run), halfway, at the end
-            "PYTHON": sys.executable,
-        }
+        env = recipe_env(root, steps, seed, knobs, experiment)
         progress = StepProgress(log_dir, experiment, steps, transform=method.recipe_method.startswith("dfpo"))
         command = ["bash", script, *overrides, f"trainer.validation_data_dir={validation_dir}"]
         run_logged(command, root / EXPERIMENT_LOGS / f"train_{method.recipe_method}.log", env=env, on_poll=progress)

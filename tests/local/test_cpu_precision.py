@@ -181,12 +181,12 @@ def test_the_quickstart_resolves_once_records_why_and_names_runs_by_dtype(tmp_pa
     assert record["actor"]["requested"] == "auto" and record["actor"]["reason"].startswith("auto: ")
     assert record["cpu"]["native_bf16"] == native
     method = quickstart.METHODS[0]
-    fp32 = quickstart.experiment_name(method, 10, 1, (), {"ACTOR_DTYPE": "fp32", "GPUS_PER_NODE": "1"})
-    bf16 = quickstart.experiment_name(method, 10, 1, (), {"ACTOR_DTYPE": "bf16", "GPUS_PER_NODE": "1"})
-    two_ranks = quickstart.experiment_name(method, 10, 1, (), {"ACTOR_DTYPE": "fp32", "GPUS_PER_NODE": "2"})
-    rollout_bf16 = quickstart.experiment_name(method, 10, 1, (), {"ACTOR_DTYPE": "fp32", "ROLLOUT_DTYPE": "bfloat16", "GPUS_PER_NODE": "1"})
+    fp32 = quickstart.experiment_name(method, tmp_path, 10, 1, (), {"ACTOR_DTYPE": "fp32", "GPUS_PER_NODE": "1"})
+    bf16 = quickstart.experiment_name(method, tmp_path, 10, 1, (), {"ACTOR_DTYPE": "bf16", "GPUS_PER_NODE": "1"})
+    two_ranks = quickstart.experiment_name(method, tmp_path, 10, 1, (), {"ACTOR_DTYPE": "fp32", "GPUS_PER_NODE": "2"})
+    rollout_bf16 = quickstart.experiment_name(method, tmp_path, 10, 1, (), {"ACTOR_DTYPE": "fp32", "ROLLOUT_DTYPE": "bfloat16", "GPUS_PER_NODE": "1"})
     # the held-out samples are the run's validation: another k is another run (a rerun never reuses it)
-    other_k = quickstart.experiment_name(method, 10, 1, (), {"ACTOR_DTYPE": "fp32", "GPUS_PER_NODE": "1", **quickstart.validation_knobs(4, True)})
+    other_k = quickstart.experiment_name(method, tmp_path, 10, 1, (), {"ACTOR_DTYPE": "fp32", "GPUS_PER_NODE": "1", **quickstart.validation_knobs(4, True)})
     assert len({fp32, bf16, two_ranks, rollout_bf16, other_k}) == 5
 
 
@@ -210,5 +210,5 @@ def test_the_quickstart_passes_the_resolved_dtypes_to_the_recipe(tmp_path, monke
     (env,) = calls
     assert (env["ACTOR_DTYPE"], env["ROLLOUT_DTYPE"], env["GPUS_PER_NODE"]) == ("fp32", "float32", "1")
     assert env["EXPERIMENT_NAME"] == quickstart.experiment_name(
-        quickstart.METHODS[0], 1, 1, (), {"ACTOR_DTYPE": "fp32", "ROLLOUT_DTYPE": "float32", "GPUS_PER_NODE": "1"}
+        quickstart.METHODS[0], tmp_path, 1, 1, (), {"ACTOR_DTYPE": "fp32", "ROLLOUT_DTYPE": "float32", "GPUS_PER_NODE": "1"}
     )

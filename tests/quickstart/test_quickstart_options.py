@@ -25,23 +25,50 @@ def test_overrides_go_after_the_recipe_and_rename_the_experiment(tmp_path, monke
     assert command == ["bash", "recipes/run_dfpo_min_replace_smollm2_135m_cpu.sh", *overrides, f"trainer.validation_data_dir={trained.validation_dir}"]
     assert env["GPUS_PER_NODE"] == "1" and env["SEED"] == "3" and env["TOTAL_TRAINING_STEPS"] == "2"
     one_rank = {"GPUS_PER_NODE": "1"}
-    plain = quickstart.experiment_name(method, 2, 3, (), one_rank)
-    assert env["EXPERIMENT_NAME"] == quickstart.experiment_name(method, 2, 3, overrides, one_rank) != plain
+    plain = quickstart.experiment_name(method, tmp_path, 2, 3, (), one_rank)
+    assert env["EXPERIMENT_NAME"] == quickstart.experiment_name(method, tmp_path, 2, 3, overrides, one_rank) != plain
     # a rerun with other overrides, or on another number of ranks, does not reuse this run's checkpoint
-    assert quickstart.experiment_name(method, 2, 3, ("x=1",), one_rank) not in (plain, env["EXPERIMENT_NAME"])
-    assert quickstart.experiment_name(method, 2, 3, overrides, {"GPUS_PER_NODE": "2"}) != env["EXPERIMENT_NAME"]
+    other_lr = quickstart.experiment_name(method, tmp_path, 2, 3, ("actor_rollout_ref.actor.optim.lr=2e-5",), one_rank)
+    assert other_lr not in (plain, env["EXPERIMENT_NAME"])
+    assert quickstart.experiment_name(method, tmp_path, 2, 3, overrides, {"GPUS_PER_NODE": "2"}) != env["EXPERIMENT_NAME"]
 
 
-def test_a_run_is_named_by_what_it_depends_on(monkeypatch):
+def test_a_run_is_named_by_its_composed_config(tmp_path, monkeypatch):
+    """The name's digest is that of the composed config (dfpo.run_identity) and the task's version:
+    what changes a composed value renames the run, what does not leaves the name alone."""
+    import shutil
+
+    from dfpo import run_identity
+
     method = quickstart.METHODS[0]
-    name = quickstart.experiment_name(method, 10, 1)
-    assert name.startswith("quickstart-dfpo_min_replace-10steps-seed1-") and quickstart.experiment_name(method, 10, 1) == name
-    # another version of the task or of the recipe's settings: another name (no stale checkpoint reused)
+    name = quickstart.experiment_name(method, tmp_path, 10, 1)
+    assert name.startswith("quickstart-dfpo_min_replace-10steps-seed1-") and quickstart.experiment_name(method, tmp_path, 10, 1) == name
+    # a knob exported in the caller's environment reaches the recipe, so it renames the run
+    monkeypatch.setenv("LR", "2e-3")
+    assert quickstart.experiment_name(method, tmp_path, 10, 1) != name
+    monkeypatch.delenv("LR")
+    # an environment variable the composed config does not show (Ray's log deduplication) does not
+    assert quickstart.experiment_name(method, tmp_path, 10, 1, knobs={"RAY_DEDUP_LOGS": "1"}) == name
+    # another version of the task, or of the method's config file: another name (no stale checkpoint reused)
     monkeypatch.setattr(quickstart, "task_digest", lambda: "another-task")
-    assert quickstart.experiment_name(method, 10, 1) != name
+    assert quickstart.experiment_name(method, tmp_path, 10, 1) != name
     monkeypatch.undo()
-    monkeypatch.setattr(quickstart, "RECIPE_FILES", quickstart.RECIPE_FILES[:1])
-    assert quickstart.experiment_name(method, 10, 1) != name
+    config = tmp_path / "config"
+    shutil.copytree(run_identity.DFPO_CONFIG_DIR, config)
+    method_file = config / "method" / "dfpo_min_replace.yaml"
+    method_file.write_text(method_file.read_text().replace("dfpo_scope: all", "dfpo_scope: shared_prefix"))
+    monkeypatch.setattr(run_identity, "DFPO_CONFIG_DIR", config)
+    assert quickstart.experiment_name(method, tmp_path, 10, 1) != name
+
+
+def test_the_digest_leaves_out_only_the_runs_name_and_launch_time():
+    from dfpo.run_identity import config_digest
+
+    launch = ["trainer.experiment_name='run-a'", "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH='/o/run-a.20261205T101010Z.jsonl'"]
+    again = ["trainer.experiment_name='run-b'", "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH='/o/run-b.20261206T090000Z.jsonl'"]
+    assert config_digest(launch, "run-a") == config_digest(again, "run-b")
+    assert config_digest(launch, "run-a") != config_digest([*launch, "data.seed=2"], "run-a")
+    assert config_digest(launch, "run-a") != config_digest(launch, "run-a", extra=("task-v2",))
 
 
 def test_defaults_are_one_rank_and_k_8(monkeypatch):

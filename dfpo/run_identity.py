@@ -1,0 +1,48 @@
+"""A training run's identity: what its composed config is a function of, as one digest.
+
+``python -m dfpo.main`` composes its config from three things only: the Hydra overrides of the
+launch, dfpo's config files (``dfpo/config/**.yaml``: the trainer defaults and the method files)
+and verl's own ``ppo_trainer`` config (fixed by verl's version). :func:`config_digest` hashes
+exactly those, less what only names the run (its experiment name, wherever it appears, and the
+launch's time stamp in the file log's name). Two launches with the same digest compose the same
+config; anything that changes a composed value — a knob, a method file, an extra override, the
+number of ranks, a dtype — changes it. Inputs a config does not show (a dataset's content, a
+model built in code) are passed as ``extra``.
+
+The quickstart names its runs with it, so that a rerun reuses a checkpoint or an evaluation only
+when it would compute the same thing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+DFPO_CONFIG_DIR = Path(__file__).parent / "config"
+_LAUNCH_TIME = re.compile(r"\.\d{8}T\d{6}Z\.jsonl")  # recipes/common.sh's file log: <name>.<UTC time>.jsonl
+_NAME = "<experiment>"
+
+
+def config_digest(overrides: Iterable[str], experiment_name: str, extra: Iterable[str] = ()) -> str:
+    """sha256 (hex) of the launch's ``overrides`` (with ``experiment_name`` and the launch time taken
+    out), dfpo's config files, verl's version and ``extra``."""
+    if not experiment_name:
+        raise ValueError("config_digest needs the experiment name the overrides carry (it is taken out of them)")
+    digest = hashlib.sha256()
+
+    def add(text: str) -> None:
+        digest.update(text.encode())
+        digest.update(b"\0")
+
+    for override in overrides:
+        add(_LAUNCH_TIME.sub(".<launch time>.jsonl", override.replace(experiment_name, _NAME)))
+    for path in sorted(DFPO_CONFIG_DIR.rglob("*.yaml")):
+        add(path.relative_to(DFPO_CONFIG_DIR).as_posix())
+        add(path.read_text())
+    add(f"verl=={importlib.metadata.version('verl')}")
+    for item in extra:
+        add(item)
+    return digest.hexdigest()
