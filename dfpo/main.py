@@ -4,7 +4,7 @@
 
 Before Ray starts, :func:`dfpo.preflight.preflight` checks what would otherwise fail after minutes
 of start-up or learn nothing (the group size, batch sizes and token budgets, multi-node checkpoint
-storage, the checkpoint to resume) and prints a GPU run's memory plan; ``dfpo.dry_run=true`` stops
+storage, the checkpoint to resume and whether its run had this config) and prints a GPU run's memory plan; ``dfpo.dry_run=true`` stops
 there, printing the composed config, without starting Ray. While it runs, :mod:`dfpo.node_watch` ends it within seconds of a lost Ray node, and
 SIGTERM ends it after the step in flight, checkpointed (:mod:`dfpo.preemption`). It is
 verl's ``main_ppo`` with three differences, all through verl's extension points: the config
@@ -31,6 +31,7 @@ from verl.utils.device import auto_set_device
 from dfpo.node_watch import NodeWatch, run_watched
 from dfpo.preemption import InstallOnCreate, Preemption, grace_from_environment, run_preemptible
 from dfpo.preflight import PreflightError, preflight
+from dfpo.resume_config import record_run_config
 
 _TaskRunnerV1 = TaskRunnerV1.__ray_actor_class__
 
@@ -75,6 +76,7 @@ def main(config) -> None:
         print(OmegaConf.to_yaml(config))
         print("dfpo dry run (dfpo.dry_run=true): every check passed; the config above was not run and Ray was not started")
         return
+    record_run_config(config)  # what a relaunch that resumes this run is compared with (dfpo.resume_config)
     try:
         watch = NodeWatch.from_environment()
         preemption = Preemption(grace_s=grace_from_environment())

@@ -23,6 +23,8 @@ to do:
   ``ulysses_sequence_parallel_size > 1`` is refused: verl 0.9.1's Ulysses attention splits the query
   heads over the ranks but passes the per-head attention-sink tensor through whole, and it does not
   patch flex or eager attention at all, so log-probs would be silently wrong.
+* **The config of the run to resume** (:mod:`dfpo.resume_config`): a relaunch that would resume a
+  checkpoint must have the config that run recorded, outside the keys that only manage the run.
 * **The memory plan** of a GPU run (:mod:`dfpo.memory_plan`), printed for the model ``dfpo.model``
   names (the recipes set it) or whose ``config.json`` shape matches a known one; a model without a
   plan is said, not skipped in silence.
@@ -54,6 +56,7 @@ from pathlib import Path
 from omegaconf import open_dict
 
 from dfpo.doctor import is_shared_filesystem, storage_type
+from dfpo.resume_config import ResumeConfigChanged, check_resume_config
 
 # verl's tracker of the latest complete checkpoint (verl.utils.checkpoint.checkpoint_manager),
 # written after every rank's shard is saved
@@ -312,6 +315,18 @@ def check_resume_checkpoint(config, say=print) -> None:
     )
 
 
+def resume_folder(config) -> Path | None:
+    """The run folder verl will resume from (after :func:`check_resume_checkpoint`), or None."""
+    mode = str(config.trainer.resume_mode)
+    if mode == "resume_path":
+        return Path(_absolute(str(config.trainer.resume_from_path))).parent
+    folder = str(config.trainer.default_local_dir)
+    if mode != "auto" or "://" in folder:
+        return None
+    folder_path = Path(_absolute(folder))
+    return folder_path if (folder_path / TRACKER_FILE).exists() else None
+
+
 def preflight(config, say=print, environ: dict[str, str] | None = None) -> None:
     """Every check above, in order; may point the run at an earlier checkpoint (see the module).
     Warnings and the memory plan are said through ``say``; ``environ`` (default: this process's
@@ -322,6 +337,10 @@ def preflight(config, say=print, environ: dict[str, str] | None = None) -> None:
     check_attention_sinks_with_ulysses(config)
     check_checkpoint_storage(config, environ=environ)
     check_resume_checkpoint(config, say=say)
+    try:
+        check_resume_config(config, resume_folder(config), say=say)
+    except ResumeConfigChanged as error:
+        raise PreflightError(str(error)) from None
     for text in (padding_warning(config), memory_plan_report(config, environ=environ)):
         if text:
             say(text)

@@ -561,6 +561,9 @@ def test_each_relaunch_resumes_at_the_next_step_losing_and_repeating_none(cluste
     assert _training_steps(lost) + stopped_steps + _training_steps(finished) == list(range(1, STEPS + 1))
     experiment = cluster.output_root / "checkpoints" / "dfpo" / EXPERIMENT
     assert (experiment / "latest_checkpointed_iteration.txt").read_text().strip() == str(STEPS)
+    # each relaunch was compared with the config the first launch recorded (dfpo.resume_config)
+    assert (experiment / "dfpo_run_config.yaml").is_file()
+    assert "has no dfpo_run_config.yaml" not in preempted_run.run.output + followed.output
     for rank in range(2):
         assert (experiment / f"global_step_{STEPS}" / "actor" / f"model_world_size_2_rank_{rank}.pt").is_file()
 
