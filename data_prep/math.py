@@ -18,7 +18,7 @@ math500) cannot be mixed in one output: the split is taken from the sources.
 the assistant's answer, see ``data_prep/math_prompts.py``); a row whose problem is the
 demonstration's own is dropped (counted in the summary), since its answer is in its prompt. The CPU
 quickstart's task is written this way (``--demonstration "What is 2 + 5?" 7``, by
-``dfpo/local/sums_task.py``).
+``dfpo/examples/sums_task.py``).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ A *demonstration turn* (``python -m data_prep.math --demonstration PROBLEM ANSWE
 solved example before the problem: a user message with PROBLEM in the same template and an
 assistant message with the answer in the form the template asks for (``\\boxed{ANSWER}`` or
 ``Answer: ANSWER``). A small instruct model that almost never writes ``\\boxed{}`` zero-shot uses
-it in most responses after one demonstration (the CPU quickstart's task, ``dfpo.local.sums_task``).
+it in most responses after one demonstration (the CPU quickstart's task, ``dfpo.examples.sums_task``).
 """
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ aime24         Maxwell-Jia/AIME_2024, HuggingFaceH4/aime_2024         Problem/pr
 aime25         math-ai/aime25, yentinglin/aime_2025                   problem, answer, id
 hmmt25         MathArena/hmmt_feb_2025                                problem, answer, problem_idx
 math500        HuggingFaceH4/MATH-500                                 problem, answer, unique_id
-arithmetic     the tiny CPU recipes' toy task (``dfpo.local.toy_task``)  problem, answer, id
+arithmetic     the tiny CPU recipes' toy task (``dfpo.examples.toy_task``)  problem, answer, id
 arithmetic_test  its held-out evaluation split                        problem, answer, id
-digit_sums     the CPU quickstart's task (``dfpo.local.sums_task``)    problem, answer, id
+digit_sums     the CPU quickstart's task (``dfpo.examples.sums_task``)    problem, answer, id
 digit_sums_test  its held-out evaluation split                        problem, answer, id
 =============  =====================================================  ==========================
 """
@@ -115,10 +115,10 @@ MATH_SOURCE_TABLE: dict[str, MathSource] = {
         MathSource("aime25", "test", ("math-ai/aime25", "yentinglin/aime_2025"), read_plain_math_row),
         MathSource("hmmt25", "test", ("MathArena/hmmt_feb_2025",), read_plain_math_row),
         MathSource("math500", "test", ("HuggingFaceH4/MATH-500",), read_plain_math_row),
-        # The toy task of the CPU recipes, written as local JSON lines by dfpo.local.toy_task.
+        # The toy task of the CPU recipes, written as local JSON lines by dfpo.examples.toy_task.
         MathSource("arithmetic", "train", (), read_plain_math_row),
         MathSource("arithmetic_test", "test", (), read_plain_math_row),
-        # The CPU quickstart's task, written as local JSON lines by dfpo.local.sums_task.
+        # The CPU quickstart's task, written as local JSON lines by dfpo.examples.sums_task.
         MathSource("digit_sums", "train", (), read_plain_math_row),
         MathSource("digit_sums_test", "test", (), read_plain_math_row),
     )

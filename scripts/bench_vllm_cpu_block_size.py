@@ -83,15 +83,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: measure one block size in this process
     args = parser.parse_args(argv)
-    from dfpo.local.prepare import prepare_pretrained
+    from dfpo.examples.prepare import prepare_pretrained
 
     model_dir, train, test = prepare_pretrained(args.output_root.resolve(), log=lambda message: print(message, file=sys.stderr))
     if args.one is not None:
         print(json.dumps(measure(model_dir, train, test, args.one, args.repeats)))
         return 0
-    from dfpo.local.benchmark_record import environment, write_result
-    from dfpo.local.cpu_precision import probe
-    from dfpo.local.vllm_cpu import omp_threads_bind
+    from dfpo.benchmark_record import environment, write_result
+    from dfpo.cpu.cpu_precision import probe
+    from dfpo.cpu.vllm_cpu import omp_threads_bind
 
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": omp_threads_bind(1, sorted(os.sched_getaffinity(0)))}
     runs = {}

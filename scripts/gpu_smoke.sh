@@ -17,7 +17,7 @@
 #
 # --cpu runs every stage through the same code on a machine without a GPU, with the CPU stack
 # (scripts/setup_env.sh): python -m dfpo.doctor --stack cpu; the toy data and the CPU recipes' tiny
-# Qwen3 (python -m dfpo.local.prepare, no download; MODEL_PATH overrides the model); 2 DFPO steps of
+# Qwen3 (python -m dfpo.examples.prepare, no download; MODEL_PATH overrides the model); 2 DFPO steps of
 # recipes/run_dfpo_min_replace_tiny_cpu.sh with ROLLOUT_NAME=vllm (verl's vLLM replica, server and
 # weight sync on vLLM's CPU build) on GPUS_PER_NODE=1 CPU rank by default, their checks with fp32
 # bounds; the bypass-mode step; verl.model_merger; and the vLLM evaluation backend on CPU. What it
@@ -38,7 +38,7 @@ done
 if [[ "$cpu" == 1 ]]; then
     output_root="${OUTPUT_ROOT:-$HOME/dfpo_cpu_smoke}"
     recipe=run_dfpo_min_replace_tiny_cpu.sh
-    model_path="${MODEL_PATH:-$output_root/models/tiny_qwen3_cpu}"  # dfpo.local.prepare builds it there
+    model_path="${MODEL_PATH:-$output_root/models/tiny_qwen3_cpu}"  # dfpo.examples.prepare builds it there
     mode="gpu_smoke --cpu"
 else
     : "${MODEL_PATH:?set MODEL_PATH to a local Qwen3-0.6B checkpoint directory, e.g. MODEL_PATH=\$HOME/models/Qwen3-0.6B bash scripts/gpu_smoke.sh (or run bash scripts/gpu_smoke.sh --cpu without a GPU)}"
@@ -80,9 +80,9 @@ doctor() {
 
 data() {
     if [[ "$cpu" == 1 ]]; then  # the toy data through data_prep and the tiny model, as the CPU recipes build them
-        "$python" -m dfpo.local.prepare --output-root "$output_root"
+        "$python" -m dfpo.examples.prepare --output-root "$output_root"
     else
-        "$python" -c 'import sys; from pathlib import Path; from dfpo.local.toy_task import prepare_parquet; prepare_parquet(Path(sys.argv[1]))' "$data_dir"
+        "$python" -c 'import sys; from pathlib import Path; from dfpo.examples.toy_task import prepare_parquet; prepare_parquet(Path(sys.argv[1]))' "$data_dir"
     fi
 }
 
@@ -135,7 +135,7 @@ cd "$repo_root" || exit 1
 rm -rf "$output_root/merged" "$output_root/eval"
 if [[ "$cpu" == 1 ]]; then
     stage "environment (python -m dfpo.doctor --stack cpu)" doctor
-    stage "toy data and tiny model (dfpo.local.prepare)" data
+    stage "toy data and tiny model (dfpo.examples.prepare)" data
 else
     stage "environment (python -m dfpo.doctor)" doctor
     stage "toy data (data_prep)" data

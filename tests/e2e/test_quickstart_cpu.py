@@ -30,7 +30,7 @@ and DFPO's ten steps alone about 40 (docs/cpu.md), and the rest of CI's slow tie
 and one step (``--methods dfpo_min_replace --steps 1``): every stage, the report, the precision
 and its seam are checked as above, and the two tests that need the ten steps (DFPO's learning,
 GSPO's diagnostics) are skipped and say why. Which of the two runs is decided by the same rule the
-product uses (:func:`dfpo.local.cpu_precision.probe`), never assumed. ``DFPO_QUICKSTART_AS_WRITTEN=1``
+product uses (:func:`dfpo.cpu.cpu_precision.probe`), never assumed. ``DFPO_QUICKSTART_AS_WRITTEN=1``
 runs the command as written on any processor (1-2 hours where bf16 is not native), and with it
 every test.
 
@@ -49,8 +49,8 @@ from pathlib import Path
 
 import pytest
 
-from dfpo.local import cpu_precision
-from dfpo.local.quickstart import DEFAULT_STEPS
+from dfpo.cpu import cpu_precision
+from dfpo.quickstart import DEFAULT_STEPS
 from dfpo.run_checks import shared_gradient_tolerance
 from tests.e2e.recipe_runs import REPO_ROOT, file_log_steps, run_command
 

@@ -114,7 +114,7 @@ def test_separate_async_runs_on_its_own_rollout_rank_with_two_local_updates_per_
         assert metrics["actor/dfpo/old_log_probs_recomputed"] == 0.5, step
         assert metrics["actor/dfpo/prepass_forward"] == 0.5, step
         # the end-of-step weight sync to the standalone vLLM replica (the local checkpoint engine;
-        # its transfer is checked bit for bit in tests/local/test_local_checkpoint_engine.py)
+        # its transfer is checked bit for bit in tests/cpu/test_local_checkpoint_engine.py)
         assert metrics["timing_s/update_weights"] > 0.0, step
     # step 1 samples with the initial weights, which actor and vLLM share: the gap is rounding only
     # (from step 2 on the responses come from the policy one sync behind, by design)

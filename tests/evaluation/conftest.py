@@ -20,7 +20,7 @@ SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 def build_tiny_model(model_dir: Path) -> Path:
     """Train a byte-level BPE tokenizer in memory and save it with a random 2-layer Qwen2 (the one
-    tiny model definition, :mod:`dfpo.local.tiny_model`, at this fixture's size).
+    tiny model definition, :mod:`dfpo.examples.tiny_model`, at this fixture's size).
 
     The tokenizer is not the recipes' character tokenizer: evaluation reads a real model's
     tokenizer, which is byte-level like Qwen's (any text round-trips), and its chat template
@@ -28,7 +28,7 @@ def build_tiny_model(model_dir: Path) -> Path:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from dfpo.local.tiny_model import TinyModelSpec, save_untrained_model
+    from dfpo.examples.tiny_model import TinyModelSpec, save_untrained_model
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -1,7 +1,7 @@
 """The vLLM evaluation backend on CPU (vLLM 0.24.0's CPU build, in the test stack), against the
 transformers backend on the same model and data.
 
-The model is the CPU recipes' tiny Qwen3 (built in code by ``dfpo.local.prepare``, warm-started on
+The model is the CPU recipes' tiny Qwen3 (built in code by ``dfpo.examples.prepare``, warm-started on
 the toy sums' answer format, so responses are ``\\boxed{n}`` and the real math scorer finds right
 and wrong answers), in float32. Greedy decoding through both backends must give the same token
 ids, the same samples, the same scores and a manifest that differs in the backend entry only.
@@ -38,7 +38,7 @@ LOGPROB_BOUND = 1e-3
 @pytest.fixture(scope="module")
 def recipe_model(tmp_path_factory):
     """(tiny Qwen3 directory, toy test parquet) exactly as the CPU recipes build them."""
-    from dfpo.local.prepare import prepare
+    from dfpo.examples.prepare import prepare
 
     model, _, test = prepare(tmp_path_factory.mktemp("cpu_recipe"))
     return model, test
@@ -100,7 +100,7 @@ def test_on_cpu_a_bf16_checkpoint_is_computed_in_what_the_cpu_does_natively(bf16
     """The CPU precision rule in both evaluation backends: ``auto`` is the checkpoint's bfloat16
     only where this CPU computes bf16 natively, else float32 (the CPU faked as either kind)."""
     from dfpo.evaluation.backends.transformers_backend import TransformersBackend
-    from dfpo.local import cpu_precision
+    from dfpo.cpu import cpu_precision
 
     measured = cpu_precision.CpuPrecision("X", native, False, fp32_ms=10.0, bf16_ms=4.0 if native else 400.0, torch_threads=1)
     monkeypatch.setattr(cpu_precision, "probe", lambda: measured)

@@ -1,19 +1,19 @@
 """Run verl 0.9.1's real actor worker path on CPU, for integration tests (test-only).
 
 verl 0.9.1 ships no CPU platform and registers its FSDP engine for ``cuda``/``npu`` only. This
-module uses dfpo's local CPU backend (:mod:`dfpo.local`, shared with the CPU recipes) for what is
+module uses dfpo's local CPU backend (:mod:`dfpo.cpu`, shared with the CPU recipes) for what is
 missing, through verl's own extension points, without editing verl's files:
 
-* :class:`dfpo.local.platform.PlatformCPU`, registered with verl's ``PlatformRegistry`` as
+* :class:`dfpo.cpu.platform.PlatformCPU`, registered with verl's ``PlatformRegistry`` as
   ``cpu`` and made current by :func:`install_cpu_platform` (``VERL_PLATFORM=cpu`` in rank
   processes): device ``"cpu"``, backend ``gloo`` and a ``torch.cuda``-style device module;
 * verl's own ``FSDPEngineWithLMHead`` registered for device ``"cpu"``, backend ``fsdp2``
-  (:func:`dfpo.local.activate.register_cpu_engine`).
+  (:func:`dfpo.cpu.activate.register_cpu_engine`).
 
 On top of the shim, what a test needs (each documented below):
 
 * model and config: :func:`save_tiny_model` / :func:`ensure_tiny_model` (:data:`TINY_MODEL`, a
-  random 2-layer fp32 Qwen2 of :mod:`dfpo.local.tiny_model`, and an offline tokenizer),
+  random 2-layer fp32 Qwen2 of :mod:`dfpo.examples.tiny_model`, and an offline tokenizer),
   :func:`compose_actor_config` (verl's ``ppo_trainer`` composed with Hydra, :data:`CPU_OVERRIDES`
   first), :func:`build_actor_worker` (a real ``ActorRolloutRefWorker(role="actor")`` after
   ``init_model()``);
@@ -51,9 +51,9 @@ import torch
 import torch.distributed as dist
 from verl.plugin.platform import PlatformBase, get_platform, set_platform
 
-from dfpo.local.activate import register_cpu_engine
-from dfpo.local.platform import CPU_PLATFORM_NAME, PlatformCPU
-from dfpo.local.tiny_model import TinyModelSpec, build_char_tokenizer, save_untrained_model
+from dfpo.cpu.activate import register_cpu_engine
+from dfpo.cpu.platform import CPU_PLATFORM_NAME, PlatformCPU
+from dfpo.examples.tiny_model import TinyModelSpec, build_char_tokenizer, save_untrained_model
 
 # The repository root, put on a rank process's sys.path before it runs the test's function.
 _REPO_ROOT = str(Path(__file__).resolve().parents[2])
@@ -64,7 +64,7 @@ _REPO_ROOT = str(Path(__file__).resolve().parents[2])
 # ---------------------------------------------------------------------------------------------
 
 
-# Registering only adds the class to verl's registry (dfpo.local.platform does it at import); nothing
+# Registering only adds the class to verl's registry (dfpo.cpu.platform does it at import); nothing
 # uses it until VERL_PLATFORM=cpu or install_cpu_platform() selects it. Importing it here, before verl
 # resolves its platform, lets a process that imports this module first (the forkserver of
 # run_ranks) resolve "cpu".
@@ -99,7 +99,7 @@ def install_cpu_platform() -> PlatformBase:
 # ---------------------------------------------------------------------------------------------
 
 
-# The one tiny model definition (dfpo.local.tiny_model) as this harness's tests were verified with
+# The one tiny model definition (dfpo.examples.tiny_model) as this harness's tests were verified with
 # it: a 2-layer Qwen2 of width 32 (4 heads of 8), untied output layer, eager attention, small enough
 # for many update steps per second on one CPU core; verl's synthetic padding samples are 128 tokens
 # long.
@@ -114,7 +114,7 @@ TINY_MODEL = TinyModelSpec(
     attn_implementation="eager",
 )
 
-# dfpo's character-level chat tokenizer (dfpo.local.tiny_model): padding 0, <|im_start|> 1,
+# dfpo's character-level chat tokenizer (dfpo.examples.tiny_model): padding 0, <|im_start|> 1,
 # <|im_end|> (eos) 2, then one token per printable character and fillers up to vocab_size.
 EOS_TOKEN_ID = 2
 FIRST_ORDINARY_TOKEN_ID = 3

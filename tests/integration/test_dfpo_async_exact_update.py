@@ -119,7 +119,7 @@ def _whole_group_loss(log_probs, sub_batch, force_unit_ratio=False):
 
 def _async_rounds(rank, world_size, tmp_path):
     from dfpo.hydra_config import compose_trainer_config
-    from dfpo.local.activate import activate
+    from dfpo.cpu.activate import activate
     from dfpo.trainer import DFPOColocateAsyncTrainer, DFPOSeparateAsyncTrainer
     from dfpo.workers import DFPOActorRolloutRefWorker, DFPODetachActorWorker
 
@@ -224,7 +224,7 @@ def _aliasing_rounds(rank, world_size):
     from torch.distributed.fsdp import fully_shard
     from verl.utils import fsdp_utils
 
-    from dfpo.local.activate import copying_sharded_save
+    from dfpo.cpu.activate import copying_sharded_save
 
     raw = getattr(fsdp_utils.fsdp2_sharded_save_to_cpu, "__wrapped__", fsdp_utils.fsdp2_sharded_save_to_cpu)
     results = {}

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from dfpo.group_ids import group_ids
-from dfpo.local.varlen_attention import CPU_VARLEN_ATTENTION
+from dfpo.cpu.varlen_attention import CPU_VARLEN_ATTENTION
 from dfpo.group_statistics import compute_group_weights, row_statistics
 from dfpo.loss import compute_dfpo_loss
 from dfpo.shared_prefix import shared_prefix_lengths
@@ -59,7 +59,7 @@ PACKED = [
 ]
 SDPA = ["actor_rollout_ref.model.override_config.attn_implementation=sdpa"]
 # Ulysses sequence parallelism over both ranks (one data-parallel rank): each rank forwards half of
-# every packed row, verl's all-to-all exchanges q/k/v per attention layer (gloo: dfpo/local/gloo_all_to_all.py)
+# every packed row, verl's all-to-all exchanges q/k/v per attention layer (gloo: dfpo/cpu/gloo_all_to_all.py)
 SP2 = PACKED + ["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"]
 
 
@@ -81,10 +81,10 @@ def rounds(rank, world_size, tmp_path, cases, batch):
 
     from dfpo.workers import DFPOActorRolloutRefWorker
 
-    from dfpo.local import gloo_all_to_all, varlen_attention
+    from dfpo.cpu import gloo_all_to_all, varlen_attention
 
     varlen_attention.install()  # the GPU path's packed attention and Ulysses all-to-all, as
-    gloo_all_to_all.install()  # dfpo.local.activate installs them in the trainer's workers
+    gloo_all_to_all.install()  # dfpo.cpu.activate installs them in the trainer's workers
     results = []
     for kind, overrides in cases:
         cfg = h.compose_actor_config(h.ensure_tiny_model(f"{tmp_path}/model"), overrides)

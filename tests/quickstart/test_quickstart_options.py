@@ -1,10 +1,10 @@
-"""``python -m dfpo.local.quickstart``'s options reach the training runs (no training here)."""
+"""``python -m dfpo.quickstart``'s options reach the training runs (no training here)."""
 
 from __future__ import annotations
 
 import pytest
 
-from dfpo.local import quickstart
+from dfpo import quickstart
 
 
 def test_overrides_go_after_the_recipe_and_rename_the_experiment(tmp_path, monkeypatch):

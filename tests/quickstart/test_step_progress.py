@@ -1,11 +1,11 @@
-"""The quickstart's progress lines (dfpo/local/quickstart.py's StepProgress), read from a verl file log."""
+"""The quickstart's progress lines (dfpo/quickstart.py's StepProgress), read from a verl file log."""
 
 from __future__ import annotations
 
 import json
 
-from dfpo.local import quickstart
-from dfpo.local.quickstart import StepProgress
+from dfpo import quickstart
+from dfpo.quickstart import StepProgress
 
 
 def _write(path, records):

@@ -10,7 +10,7 @@ from data_prep.math import DEMONSTRATION_DROP_REASON
 from data_prep.math import main as data_prep_math
 from data_prep.math_prompts import BOXED_SUFFIX
 from data_prep.schema import validate_parquet_file
-from dfpo.local import sums_task
+from dfpo.examples import sums_task
 from reward.score import compute_score
 
 
@@ -58,7 +58,7 @@ def test_data_prep_writes_the_demonstration_turn_and_reward_scores_it(tmp_path):
 
 
 def test_an_output_root_from_another_version_of_the_task_is_rebuilt(tmp_path):
-    from dfpo.local.prepare import data_dir, prepare_parquet_if_stale
+    from dfpo.examples.prepare import data_dir, prepare_parquet_if_stale
 
     directory = data_dir(tmp_path)
     assert not sums_task.is_current(directory)

@@ -164,7 +164,7 @@ def test_gpu_smoke_gpu_mode_training_launch_runs_for_real_until_cuda_is_needed(s
     TaskRunner and trainer, the tokenizer and both datasets, the worker group on device ``cuda`` and
     DFPO's worker's ``init_model`` all run, and the launch stops only where CUDA is first needed:
     NCCL's process group. The model is a tiny Qwen3 in Qwen3-0.6B's place (about 90 s on 2 cores)."""
-    from dfpo.local.tiny_model import TinyModelSpec, build_char_tokenizer, save_untrained_model
+    from dfpo.examples.tiny_model import TinyModelSpec, build_char_tokenizer, save_untrained_model
     from tests.e2e.recipe_runs import run_command
 
     tmp_path, run = smoke
@@ -212,7 +212,7 @@ def test_gpu_smoke_cpu_mode_passes_the_cpu_recipe_the_vllm_rollout_and_cpu_setti
         assert " PASS " in next(line for line in summary.splitlines() if stage in line)
     calls = (tmp_path / "calls.txt").read_text().splitlines()
     assert calls[0] == "-m dfpo.doctor --stack cpu"
-    assert any(c.startswith("-m dfpo.local.prepare --output-root") for c in calls)  # the tiny model and the data
+    assert any(c.startswith("-m dfpo.examples.prepare --output-root") for c in calls)  # the tiny model and the data
     trains = [c for c in calls if c.startswith("-m dfpo.main")]
     assert len(trains) == 2 and "algorithm.rollout_correction.bypass_mode=true" in trains[1]
     model = f"actor_rollout_ref.model.path={tmp_path}/smoke/models/tiny_qwen3_cpu"

@@ -12,7 +12,7 @@ runs at all (e.g. the KL keys only with ``use_kl_loss``).
 The CPU recipes (``recipes/run_*_cpu.sh``, settings in ``recipes/models/cpu_base.sh``) run the same
 path on dfpo's local CPU backend with one of two rollouts: verl's vLLM rollout on vLLM's CPU build
 (``rollout.name=vllm``) or dfpo's transformers server (``rollout.name=local``,
-``dfpo/local/rollout.py`` and ``dfpo/local/server.py``). A key only one rollout reads has a reader
+``dfpo/cpu/rollout.py`` and ``dfpo/cpu/server.py``). A key only one rollout reads has a reader
 per rollout, each with its condition (a tuple of readers: the key is read when any one's condition
 holds); the vLLM engine's own keys (``enforce_eager``, ``rollout.dtype``...) are read only with
 vLLM. ``file`` may also name a line of vLLM, Ray or TransferQueue (``vllm/...``, ``ray/...``,
@@ -74,7 +74,7 @@ def _sglang_rollout(cfg) -> bool:
 
 
 def _local_rollout(cfg) -> bool:
-    # dfpo's transformers rollout server (dfpo/local), registered as rollout.name=local
+    # dfpo's transformers rollout server (dfpo/cpu), registered as rollout.name=local
     return cfg.actor_rollout_ref.rollout.name == "local"
 
 
@@ -144,8 +144,8 @@ _VLLM = "workers/rollout/vllm_rollout/vllm_async_server.py"
 _AGENT_LOOP = "trainer/ppo/v1/agent_loop_tq.py"
 _LOSSES = "workers/utils/losses.py"
 _CORE = "trainer/ppo/core_algos.py"
-_LOCAL_ROLLOUT = "dfpo/local/rollout.py"
-_LOCAL_SERVER = "dfpo/local/server.py"
+_LOCAL_ROLLOUT = "dfpo/cpu/rollout.py"
+_LOCAL_SERVER = "dfpo/cpu/server.py"
 _AR = "actor_rollout_ref"
 # verl's run_ppo: ray.init(**ray_kwargs.ray_init), its runtime_env (env_vars included) merged into the
 # job's runtime environment, which every Ray actor (TaskRunner, workers, rollout servers) starts with
@@ -310,7 +310,7 @@ READERS: dict[str, Reader | tuple[Reader, ...]] = {
             "bucket_size_mb = self.config.checkpoint_engine.update_weights_bucket_megabytes",
             _vllm_rollout,
         ),
-        # separate_async: the standalone replicas' checkpoint engine (dfpo/local/checkpoint_engine.py on CPU)
+        # separate_async: the standalone replicas' checkpoint engine (dfpo/cpu/checkpoint_engine.py on CPU)
         Reader(
             "checkpoint_engine/base.py",
             "bucket_size = self.rollout_config.checkpoint_engine.update_weights_bucket_megabytes << 20",
@@ -373,11 +373,11 @@ READERS: dict[str, Reader | tuple[Reader, ...]] = {
         _file_logger,
         via=(_RUNTIME_ENV, ("utils/tracking.py", 'if "file" in default_backend:')),
     ),
-    # the platform of every process: verl's PlatformRegistry and dfpo's CPU backend (dfpo/local/activate.py)
+    # the platform of every process: verl's PlatformRegistry and dfpo's CPU backend (dfpo/cpu/selection.py)
     "ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM": Reader(
         "plugin/platform/platform_manager.py",
         'env_platform = os.environ.get("VERL_PLATFORM", "").strip().lower()',
-        via=(_RUNTIME_ENV, ("dfpo/local/activate.py", 'os.environ.get("VERL_PLATFORM", "").strip().lower() == CPU_PLATFORM_NAME')),
+        via=(_RUNTIME_ENV, ("dfpo/cpu/selection.py", 'os.environ.get("VERL_PLATFORM", "").strip().lower() == CPU_PLATFORM_NAME')),
     ),
     # torch's threads in every Ray process: Ray sets OMP_NUM_THREADS to an actor's CPUs (1 when it asks
     # for none) only where the variable is unset; torch's thread pool then reads it

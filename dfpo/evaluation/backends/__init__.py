@@ -55,8 +55,8 @@ class GenerationBackend(Protocol):
 
 def cpu_dtype(requested: str, declared: str | None) -> str:
     """The dtype a CPU evaluation computes in, by the CPU precision rule (bf16 only where this CPU
-    computes it natively: :func:`dfpo.local.cpu_precision.for_checkpoint`), said on stderr."""
-    from dfpo.local.cpu_precision import announce, for_checkpoint
+    computes it natively: :func:`dfpo.cpu.cpu_precision.for_checkpoint`), said on stderr."""
+    from dfpo.cpu.cpu_precision import announce, for_checkpoint
 
     choice = for_checkpoint("--dtype", requested, declared)
     announce(choice, "dfpo evaluation precision")

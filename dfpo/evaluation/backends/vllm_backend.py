@@ -26,7 +26,7 @@ GPU meaning, and what is not given is chosen here (GPU runs keep vLLM's own defa
 * ``dtype="auto"`` is the checkpoint's own dtype, as the transformers backend loads it. vLLM's
   ``auto`` casts a float32 checkpoint to bfloat16, so the two backends would sample from
   different numbers. A bfloat16 checkpoint on a CPU without native bf16 is computed in float32
-  (:func:`dfpo.local.cpu_precision.for_checkpoint`, said on stderr; an explicit ``bfloat16``
+  (:func:`dfpo.cpu.cpu_precision.for_checkpoint`, said on stderr; an explicit ``bfloat16``
   there runs with a warning).
 """
 

@@ -39,7 +39,7 @@ def _ray_context() -> dict:
 
 def _record() -> None:
     plugin = sys.modules.get("dfpo.verl_plugin")
-    activate = sys.modules.get("dfpo.local.activate")
+    activate = sys.modules.get("dfpo.cpu.activate")
     registered = False
     try:
         from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY

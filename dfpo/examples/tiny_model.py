@@ -1,7 +1,7 @@
 """The tiny model, defined once: a small Qwen3 built in code (no download), and its character tokenizer.
 
 :class:`TinyModelSpec` and :func:`build_model` build every tiny model here: the CPU recipes' (the
-defaults, warm-started by :func:`ensure_tiny_model` for ``python -m dfpo.local.prepare``), the
+defaults, warm-started by :func:`ensure_tiny_model` for ``python -m dfpo.examples.prepare``), the
 learning-tax demo's (:func:`dfpo.demo.policy_model.build_policy`, no tokenizer) and the untrained
 ones of ``tests/integration/cpu_verl_harness.py`` and ``tests/evaluation/conftest.py``
 (:func:`save_untrained_model`), each at its own size and seed and in the variant its tests were

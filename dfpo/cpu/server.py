@@ -12,7 +12,7 @@ way verl's vLLM server does on GPU:
 * the token budget is ``sampling_params["max_tokens"]`` or, as in verl's vLLM server,
   ``min(response_length, prompt_length + response_length - len(prompt))``, never past
   ``max_model_len``;
-* sampling and the reported log-probabilities are :mod:`dfpo.local.sampling`'s;
+* sampling and the reported log-probabilities are :mod:`dfpo.cpu.sampling`'s;
 * ``load_weights`` replaces the parameters (verl's weight sync after each training step);
   ``sleep``/``wake_up``/``clear_kv_cache`` and the abort calls have nothing to free on CPU and
   return at once, so the trainer's calls succeed.
@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from dfpo.eos_tokens import eos_token_ids
-from dfpo.local.sampling import SamplingSettings, sample_next_tokens
+from dfpo.cpu.sampling import SamplingSettings, sample_next_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ def response_budget(prompt_len: int, sampling_params: dict, config: Any) -> int:
 
 
 class LocalRolloutServer:
-    """The server actor of one local rollout replica (run as a Ray actor; see :mod:`dfpo.local.rollout`)."""
+    """The server actor of one local rollout replica (run as a Ray actor; see :mod:`dfpo.cpu.rollout`)."""
 
     def __init__(self, config: Any, model_path: str, replica_rank: int, seed: int) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -4,7 +4,7 @@ verl 0.9.1 looks a rollout name up twice:
 
 * in the trainer process, ``RolloutReplicaRegistry`` (``verl/workers/rollout/replica.py``) gives
   the replica class whose ``launch_servers`` starts the server actors the agent loop sends
-  requests to: :class:`LocalRolloutReplica` starts one :class:`dfpo.local.server.LocalRolloutServer`
+  requests to: :class:`LocalRolloutReplica` starts one :class:`dfpo.cpu.server.LocalRolloutServer`
   per replica (one replica per trainer rank: tensor parallelism 1), on the node of its rank;
 * in every actor-rollout worker, ``_ROLLOUT_REGISTRY[(name, "async")]``
   (``verl/workers/rollout/base.py``) gives the adapter the worker drives around each weight sync:
@@ -14,7 +14,7 @@ verl 0.9.1 looks a rollout name up twice:
   whole generator and the first rank of each replica sends the state dict to its server. A
   standalone replica (verl's separate-async trainer) is fed by verl's ``CheckpointEngineWorker``
   instead, with the weights a checkpoint engine received
-  (:mod:`dfpo.local.checkpoint_engine`, ``checkpoint_engine.backend=local``).
+  (:mod:`dfpo.cpu.checkpoint_engine`, ``checkpoint_engine.backend=local``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica
 from verl.workers.rollout.utils import ensure_async_iterator
 
-from dfpo.local.server import LocalRolloutServer
+from dfpo.cpu.server import LocalRolloutServer
 
 LOCAL_ROLLOUT_NAME = "local"
 

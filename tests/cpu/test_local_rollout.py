@@ -10,10 +10,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dfpo.local.sampling import SamplingSettings, sample_next_tokens, truncated_log_probs
+from dfpo.cpu.sampling import SamplingSettings, sample_next_tokens, truncated_log_probs
 from dfpo.eos_tokens import eos_token_ids
-from dfpo.local.server import LocalRolloutServer, decode_batch, response_budget
-from dfpo.local.tiny_model import TinyModelSpec, build_char_tokenizer, build_model, chat_prompt_ids
+from dfpo.cpu.server import LocalRolloutServer, decode_batch, response_budget
+from dfpo.examples.tiny_model import TinyModelSpec, build_char_tokenizer, build_model, chat_prompt_ids
 
 SMALL = TinyModelSpec(hidden_size=32, intermediate_size=64, head_dim=8, seed=3)
 

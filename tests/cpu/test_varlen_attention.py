@@ -1,4 +1,4 @@
-"""The packed attention of the GPU path on CPU (dfpo/local/varlen_attention.py): causal attention
+"""The packed attention of the GPU path on CPU (dfpo/cpu/varlen_attention.py): causal attention
 within each sequence of a packed row, against a per-sequence reference written out as the formula,
 its gradient, and the whole seam: a model loaded with the registered implementation, patched by
 verl's apply_monkey_patch as verl's FSDP engine does, gives a packed row the padded model's
@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dfpo.local.varlen_attention import CPU_VARLEN_ATTENTION, install, sequence_index, varlen_causal_attention
+from dfpo.cpu.varlen_attention import CPU_VARLEN_ATTENTION, install, sequence_index, varlen_causal_attention
 
 
 def reference(q, k, v, lengths, scale):
@@ -91,7 +91,7 @@ def test_a_model_with_the_registered_attention_under_verls_patch_matches_the_pad
     from transformers import AutoModelForCausalLM
     from verl.models.transformers.monkey_patch import apply_monkey_patch
 
-    from dfpo.local.tiny_model import TinyModelSpec, build_model
+    from dfpo.examples.tiny_model import TinyModelSpec, build_model
 
     install()
     build_model(TinyModelSpec()).save_pretrained(tmp_path)
@@ -117,7 +117,7 @@ def test_a_saved_configuration_names_an_attention_every_install_has(tmp_path):
     the local backend) must be able to build the model from it."""
     from transformers import AutoConfig
 
-    from dfpo.local.tiny_model import TinyModelSpec, build_model
+    from dfpo.examples.tiny_model import TinyModelSpec, build_model
 
     install()
     config = build_model(TinyModelSpec()).config
