@@ -145,11 +145,16 @@ def _model_config(config) -> dict:
         return {}  # not a local checkpoint (yet): verl reports it
 
 
+def _named_model(config) -> str | None:
+    """``dfpo.model``: the model's name in dfpo/memory_plan.py's table (the recipes set it)."""
+    return config.dfpo.get("model") if "dfpo" in config else None
+
+
 def check_attention_sinks_with_ulysses(config) -> None:
     """GPT-OSS's attention sinks are not split by verl 0.9.1's Ulysses attention."""
     sp = int(config.actor_rollout_ref.actor.ulysses_sequence_parallel_size)
-    named = str(config.dfpo.get("model") or "") if "dfpo" in config else ""
-    if sp > 1 and (_model_config(config).get("model_type") == "gpt_oss" or named.startswith("gpt_oss")):
+    named = str(_named_model(config) or "")
+    if sp > 1 and (named.startswith("gpt_oss") or _model_config(config).get("model_type") == "gpt_oss"):
         raise PreflightError(
             f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={sp} with a GPT-OSS checkpoint "
             f"({config.actor_rollout_ref.model.path}): verl 0.9.1's Ulysses sequence parallel does not split the "
@@ -167,12 +172,13 @@ def memory_plan_report(config, environ: dict[str, str] | None = None) -> str | N
         return None
     environ = os.environ if environ is None else environ
     gpu_memory_gb = float(environ.get("GPU_MEMORY_GB", "80"))
-    name = config.dfpo.get("model") if "dfpo" in config else None
+    name = _named_model(config)
     model_path = str(config.actor_rollout_ref.model.path)
     if name is None:
-        name = memory_plan.known_model_of(_model_config(config))
+        hf_config = _model_config(config)
+        name = memory_plan.known_model_of(hf_config)
     if name is None:
-        found = "its config.json matches" if _model_config(config) else "there is no config.json there, and dfpo.model names"
+        found = "its config.json matches" if hf_config else "there is no config.json there, and dfpo.model names"
         return (
             f"dfpo preflight: no memory plan for {model_path}: {found} no model of "
             f"dfpo/memory_plan.py ({', '.join(sorted(memory_plan.KNOWN_MODELS))}); add its shape to KNOWN_MODELS "
