@@ -16,10 +16,24 @@ from dfpo.verl_version import SUPPORTED_VERL_VERSION, check_verl_version
 
 check_verl_version()
 
-from dfpo.advantage import compute_dfpo_outcome_advantage  # noqa: E402
-from dfpo.group_statistics import SCOPES  # noqa: E402
-from dfpo.loss import compute_dfpo_loss  # noqa: E402
-from dfpo.transforms import TRANSFORMS, apply_group_transform  # noqa: E402
+# The public functions import torch; they are loaded on first use, so that the launchers
+# (python -m dfpo.recipe, dfpo.recipe_knobs) start without it.
+_PUBLIC = {
+    "compute_dfpo_outcome_advantage": "dfpo.advantage",
+    "SCOPES": "dfpo.group_statistics",
+    "compute_dfpo_loss": "dfpo.loss",
+    "TRANSFORMS": "dfpo.transforms",
+    "apply_group_transform": "dfpo.transforms",
+}
+
+
+def __getattr__(name: str):
+    if name in _PUBLIC:
+        import importlib
+
+        return getattr(importlib.import_module(_PUBLIC[name]), name)
+    raise AttributeError(f"module 'dfpo' has no attribute {name!r}")
+
 
 __all__ = [
     "SCOPES",

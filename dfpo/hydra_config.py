@@ -19,7 +19,11 @@ DFPO_CONFIG_DIR = os.path.join(os.path.dirname(__file__), "config")
 
 
 def compose_trainer_config(overrides: Sequence[str] = (), config_name: str = "ppo_trainer"):
-    """The composed DictConfig of ``config_name`` (from dfpo's or verl's config dir) with ``overrides``."""
+    """The composed DictConfig of ``config_name`` (from dfpo's or verl's config dir) with ``overrides``;
+    dfpo's resolvers (:mod:`dfpo.config_resolvers`) are registered, so its values resolve on access."""
+    from dfpo import config_resolvers
+
+    config_resolvers.register()
     config_dir = DFPO_CONFIG_DIR if os.path.exists(os.path.join(DFPO_CONFIG_DIR, f"{config_name}.yaml")) else VERL_CONFIG_DIR
     with initialize_config_dir(config_dir=config_dir, version_base=None):
         return compose(config_name, overrides=list(overrides))

@@ -28,12 +28,14 @@ from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
 from verl.utils.device import auto_set_device
 
+from dfpo import config_resolvers, driver
 from dfpo.node_watch import NodeWatch, run_watched
 from dfpo.preemption import InstallOnCreate, Preemption, grace_from_environment, run_preemptible
 from dfpo.preflight import PreflightError, preflight
 from dfpo.resume_config import record_run_config
 
 _TaskRunnerV1 = TaskRunnerV1.__ray_actor_class__
+config_resolvers.register()  # also for Hydra's --cfg job --resolve, which prints before main runs
 
 
 class DFPOTaskRunner(_TaskRunnerV1):
@@ -65,17 +67,28 @@ def main(config) -> None:
     # Ctrl-C, and the node watch's interrupt, as KeyboardInterrupt even where the driver was started
     # in the background of a non-interactive shell (which starts it with SIGINT ignored)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        driver.resolve(config)  # every interpolation and dfpo resolver, once, here (dfpo.driver)
+        driver.check_platform(config)
+        driver.drop_node_resources_on_a_cluster(config)
+        if not config.dfpo.dry_run:
+            driver.tee_console(config.dfpo.console_log)  # the recipes' console log of the run
+            driver.prepare_example(config)  # an example's model and task, written once
+    except driver.DriverSetupError as error:
+        raise SystemExit(f"dfpo: {error}") from None
     auto_set_device(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     check_trainer_mode(config)
     try:
-        preflight(config)  # before Ray: groups, batches, checkpoint storage, the checkpoint to resume, memory
+        # an example's files are written at launch: a dry run, which writes nothing, cannot check them
+        preflight(config, files=not (config.dfpo.dry_run and config.dfpo.example))  # before Ray: groups, batches, checkpoint storage, the checkpoint to resume, memory
     except PreflightError as error:
         raise SystemExit(f"dfpo preflight: {error}") from None
     if config.dfpo.dry_run:
         print(OmegaConf.to_yaml(config))
         print("dfpo dry run (dfpo.dry_run=true): every check passed; the config above was not run and Ray was not started")
         return
+    print(f"dfpo: {config.trainer.experiment_name}: checkpoints in {config.trainer.default_local_dir}" + (f", console log {config.dfpo.console_log}" if config.dfpo.console_log else ""), flush=True)
     record_run_config(config)  # what a relaunch that resumes this run is compared with (dfpo.resume_config)
     try:
         watch = NodeWatch.from_environment()

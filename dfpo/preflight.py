@@ -17,7 +17,11 @@ to do:
   micro-batches (``model.use_remove_padding=false``) under dynamic batching with sequences of 4,096
   tokens or more get a warning: verl fills a micro-batch up to the budget in real tokens, then pads
   every row to the longest.
-* **Trainer mode.** ``dfpo_separate_async`` needs a checkpoint engine that reaches the rollout's own
+* **The files the run reads.** ``actor_rollout_ref.model.path`` and every file of
+  ``data.train_files`` and ``data.val_files`` must exist (paths with a scheme, ``hdfs://`` and the
+  like, are verl's to fetch), named with the knob that sets them and how to make them.
+* **Trainer mode.** ``dfpo_separate_async`` needs its rollout's own GPUs
+  (``actor_rollout_ref.rollout.n_gpus_per_node``, the recipes' ``ROLLOUT_GPUS_PER_NODE``) and a checkpoint engine that reaches the rollout's own
   devices (``nccl``, or ``local`` on CPU); ``naive`` cannot.
 * **Attention sinks and Ulysses.** A ``gpt_oss`` checkpoint (its ``config.json``, or ``dfpo.model``) with
   ``ulysses_sequence_parallel_size > 1`` is refused: verl 0.9.1's Ulysses attention splits the query
@@ -84,6 +88,28 @@ def check_group_size(config) -> None:
         )
 
 
+def _file_list(value) -> list[str]:
+    if value is None:
+        return []
+    return [str(value)] if isinstance(value, str) else [str(item) for item in value]
+
+
+def check_input_files(config) -> None:
+    """The checkpoint and the data files exist (local paths; ``scheme://`` paths are verl's)."""
+    problems = []
+    model = str(config.actor_rollout_ref.model.path)
+    if "://" not in model and not os.path.exists(os.path.expanduser(model)):
+        problems.append(f"actor_rollout_ref.model.path {model} does not exist (MODEL_PATH): download the checkpoint first (docs/recipes.md)")
+    for key in ("train_files", "val_files"):
+        for path in _file_list(config.data.get(key)):
+            if "://" not in path and not os.path.exists(os.path.expanduser(path)):
+                problems.append(
+                    f"data.{key}: {path} does not exist ({key.upper()} / DATA_DIR): prepare it with data_prep (docs/data.md) or set DATA_DIR, TRAIN_FILES or VAL_FILES"
+                )
+    if problems:
+        raise PreflightError("; ".join(problems))
+
+
 def check_batch_sizes(config) -> None:
     """Whole mini-batches per step, and token budgets that hold one whole sequence."""
     data, actor = config.data, config.actor_rollout_ref.actor
@@ -123,6 +149,18 @@ def padding_warning(config) -> str | None:
             "(actor_rollout_ref.actor.use_dynamic_bsz=false; the recipes' USE_DYNAMIC_BSZ=false)."
         )
     return None
+
+
+def check_separate_async_rollout(config) -> None:
+    """separate_async's rollout runs on GPUs of its own: how many must be said."""
+    if str(config.trainer.v1.trainer_mode) != "dfpo_separate_async":
+        return
+    gpus = config.actor_rollout_ref.rollout.get("n_gpus_per_node")
+    if gpus is None or int(gpus) < 1:
+        raise PreflightError(
+            f"trainer.v1.trainer_mode=dfpo_separate_async runs the rollout on GPUs of its own: set actor_rollout_ref.rollout.n_gpus_per_node "
+            f"(the recipes' ROLLOUT_GPUS_PER_NODE, and ROLLOUT_NNODES), got {gpus}"
+        )
 
 
 def check_separate_async_engine(config) -> None:
@@ -333,12 +371,16 @@ def resume_folder(config) -> Path | None:
     return folder_path if (folder_path / TRACKER_FILE).exists() else None
 
 
-def preflight(config, say=print, environ: dict[str, str] | None = None) -> None:
+def preflight(config, say=print, environ: dict[str, str] | None = None, files: bool = True) -> None:
     """Every check above, in order; may point the run at an earlier checkpoint (see the module).
     Warnings and the memory plan are said through ``say``; ``environ`` (default: this process's
-    environment) gives ``ALLOW_LOCAL_CHECKPOINTS`` and ``GPU_MEMORY_GB``."""
+    environment) gives ``ALLOW_LOCAL_CHECKPOINTS`` and ``GPU_MEMORY_GB``. ``files=False`` leaves out
+    the files the run reads (a dry run of an example whose files are written at launch)."""
     check_group_size(config)
     check_batch_sizes(config)
+    if files:
+        check_input_files(config)
+    check_separate_async_rollout(config)
     check_separate_async_engine(config)
     check_attention_sinks_with_ulysses(config)
     check_checkpoint_storage(config, environ=environ)

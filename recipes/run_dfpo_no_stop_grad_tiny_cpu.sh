@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
 # DFPO ablation "no stop-grad": Min-Replace with the transformed weights left differentiable. On a tiny CPU model (no GPU, no download).
 # verl's whole trainer through python -m dfpo.main on dfpo's local CPU backend; model and toy data are
-# built under OUTPUT_ROOT on first use (recipes/models/tiny_cpu.sh). Every knob is an environment
-# variable (recipes/common.sh); extra arguments are Hydra overrides.
+# built under OUTPUT_ROOT on first use (dfpo/config/base_model/tiny_cpu.yaml). Every knob is an environment
+# variable (docs/recipes.md, "Knobs"); extra arguments are Hydra overrides.
 #
 #   OUTPUT_ROOT=/tmp/dfpo TOTAL_TRAINING_STEPS=3 bash recipes/run_dfpo_no_stop_grad_tiny_cpu.sh
 #   GPUS_PER_NODE=1 bash recipes/run_dfpo_no_stop_grad_tiny_cpu.sh      # one CPU rank instead of two
 set -euo pipefail
 RECIPES_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$RECIPES_DIR/common.sh"
-source "$RECIPES_DIR/models/tiny_cpu.sh"
-dfpo_launch dfpo_no_stop_grad "$@"
+dfpo_launch dfpo_no_stop_grad tiny_cpu "$@"

@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # DFPO (Orth-Proj) on GPT-OSS-120B: stop-gradient advantage-orthogonal reweighting (Eq. 18).
-# Paper (arXiv 2604.13088): Table 1 row "DFPO (Orth-Proj)". Model hyper-parameters: recipes/models/gpt_oss_120b.sh;
-# every knob is an environment variable (recipes/common.sh); extra arguments are Hydra overrides.
+# Paper (arXiv 2604.13088): Table 1 row "DFPO (Orth-Proj)". Model hyper-parameters: dfpo/config/base_model/gpt_oss_120b.yaml;
+# every knob is an environment variable (docs/recipes.md, "Knobs"); extra arguments are Hydra overrides.
 #
 #   MODEL_PATH=/path/to/GPT-OSS-120B bash recipes/run_dfpo_orth_proj_gpt_oss_120b.sh [hydra overrides...]
 #   DRY_RUN=1 MODEL_PATH=/path/to/GPT-OSS-120B bash recipes/run_dfpo_orth_proj_gpt_oss_120b.sh   # print the command only
 set -euo pipefail
 RECIPES_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$RECIPES_DIR/common.sh"
-source "$RECIPES_DIR/models/gpt_oss_120b.sh"
-dfpo_launch dfpo_orth_proj "$@"
+dfpo_launch dfpo_orth_proj gpt_oss_120b "$@"

@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # DFPO ablation "scale by 0.5" on Qwen3-32B: GSPO weights times 0.5 (dfpo_transform=scale): the asymmetry stays.
-# Paper (arXiv 2604.13088): ablation "scale by 0.5". Model hyper-parameters: recipes/models/qwen3_32b.sh;
-# every knob is an environment variable (recipes/common.sh); extra arguments are Hydra overrides.
+# Paper (arXiv 2604.13088): ablation "scale by 0.5". Model hyper-parameters: dfpo/config/base_model/qwen3_32b.yaml;
+# every knob is an environment variable (docs/recipes.md, "Knobs"); extra arguments are Hydra overrides.
 #
 #   MODEL_PATH=/path/to/Qwen3-32B bash recipes/run_dfpo_scale_0p5_qwen3_32b.sh [hydra overrides...]
 #   DRY_RUN=1 MODEL_PATH=/path/to/Qwen3-32B bash recipes/run_dfpo_scale_0p5_qwen3_32b.sh   # print the command only
 set -euo pipefail
 RECIPES_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$RECIPES_DIR/common.sh"
-source "$RECIPES_DIR/models/qwen3_32b.sh"
-dfpo_launch dfpo_scale_0p5 "$@"
+dfpo_launch dfpo_scale_0p5 qwen3_32b "$@"

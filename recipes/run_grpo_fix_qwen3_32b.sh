@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # GRPO-fix on Qwen3-32B: verl's cispo loss: detached symmetric truncation of the token ratio, token-mean.
-# Paper (arXiv 2604.13088): Table 1 row "GRPO-fix". Model hyper-parameters: recipes/models/qwen3_32b.sh;
-# every knob is an environment variable (recipes/common.sh); extra arguments are Hydra overrides.
+# Paper (arXiv 2604.13088): Table 1 row "GRPO-fix". Model hyper-parameters: dfpo/config/base_model/qwen3_32b.yaml;
+# every knob is an environment variable (docs/recipes.md, "Knobs"); extra arguments are Hydra overrides.
 #
 #   MODEL_PATH=/path/to/Qwen3-32B bash recipes/run_grpo_fix_qwen3_32b.sh [hydra overrides...]
 #   DRY_RUN=1 MODEL_PATH=/path/to/Qwen3-32B bash recipes/run_grpo_fix_qwen3_32b.sh   # print the command only
 set -euo pipefail
 RECIPES_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$RECIPES_DIR/common.sh"
-source "$RECIPES_DIR/models/qwen3_32b.sh"
-dfpo_launch grpo_fix "$@"
+dfpo_launch grpo_fix qwen3_32b "$@"

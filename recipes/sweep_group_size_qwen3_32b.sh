@@ -13,7 +13,6 @@
 set -euo pipefail
 RECIPES_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$RECIPES_DIR/common.sh"
-source "$RECIPES_DIR/models/qwen3_32b.sh"
 
 SWEEP_GROUP_SIZES="${SWEEP_GROUP_SIZES:-2 4 8 16}"
 SWEEP_METHODS="${SWEEP_METHODS:-dfpo_min_replace gspo}"
@@ -31,10 +30,10 @@ done
 for group_size in $SWEEP_GROUP_SIZES; do
     for method in $SWEEP_METHODS; do
         (
-            GROUP_SIZE="$group_size"
-            TRAIN_BATCH_SIZE=$((RESPONSES_PER_STEP / group_size))
-            PPO_MINI_BATCH_SIZE=$((RESPONSES_PER_MINI_BATCH / group_size))
-            dfpo_launch "$method" "$@"
+            export GROUP_SIZE="$group_size"
+            export TRAIN_BATCH_SIZE=$((RESPONSES_PER_STEP / group_size))
+            export PPO_MINI_BATCH_SIZE=$((RESPONSES_PER_MINI_BATCH / group_size))
+            dfpo_launch "$method" qwen3_32b "$@"
         )
     done
 done

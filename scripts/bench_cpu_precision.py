@@ -55,7 +55,7 @@ def bench_training_pass(model_dir: Path, test_file: Path) -> dict:
     from dfpo.evaluation.problems import load_problems
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    # eager attention and fp32 weights, as the CPU recipes' actor (cpu_base.sh); bf16 compute by autocast
+    # eager attention and fp32 weights, as the CPU recipes' actor (platform/cpu.yaml); bf16 compute by autocast
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager")
     problem = load_problems(test_file)[0]
     prompt = render_prompt_ids(tokenizer, problem.messages, {})

@@ -17,9 +17,11 @@ build; torch's capability query (``get_cpu_capability()``, AVX512-BF16, AMX) is 
 it, and a disagreement between the two is said in the reason. A dtype set explicitly wins; a
 bf16 request on a CPU without native bf16 warns once per launch with the measured slowdown.
 
+The CPU recipes resolve their dtypes through it when ``python -m dfpo.main`` resolves the config
+(``dfpo_cpu_dtype`` in ``dfpo/config/platform/cpu.yaml``; :mod:`dfpo.config_resolvers`).
 ``python -m dfpo.cpu.cpu_precision --actor auto --rollout float32`` prints the resolved
-``ACTOR_DTYPE=...`` and ``ROLLOUT_DTYPE=...`` lines for ``recipes/models/cpu_base.sh`` on stdout
-and the choice with its reason on stderr (or ``--json`` for the whole record).
+``ACTOR_DTYPE=...`` and ``ROLLOUT_DTYPE=...`` lines on stdout and the choice with its reason on
+stderr (or ``--json`` for the whole record).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ time — with only the kernel replaced: :func:`varlen_causal_attention` in verl'
 (:func:`install`), the same causal attention within each sequence through ``torch``'s
 ``scaled_dot_product_attention`` on the sequences padded to a batch, no work across sequences.
 
-Used by the CPU recipes (``recipes/models/cpu_base.sh``) whenever padding is removed; inert on
+Used by the CPU recipes (``dfpo/config/platform/cpu.yaml``) whenever padding is removed; inert on
 GPUs (installed only by the local CPU backend, :mod:`dfpo.cpu.activate`).
 """
 

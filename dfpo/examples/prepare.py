@@ -1,13 +1,13 @@
 """``python -m dfpo.examples.prepare --output-root DIR [--model NAME]``: data and model of a CPU recipe.
 
-Writes, once (reruns reuse them), for ``--model tiny`` (the default; ``recipes/models/tiny_cpu.sh``):
+Writes, once (reruns reuse them), for ``--model tiny`` (the default; ``dfpo/config/base_model/tiny_cpu.yaml``):
 
 * ``DIR/data/arithmetic_train.parquet`` and ``DIR/data/arithmetic_test.parquet`` — the toy task
   (:mod:`dfpo.examples.toy_task`) through ``python -m data_prep.math``;
 * ``DIR/models/tiny_qwen3_cpu`` — the warm-started tiny model (:mod:`dfpo.examples.tiny_model`),
   rebuilt when its specification changes;
 
-and for ``--model smollm2_135m`` (``recipes/models/smollm2_135m_cpu.sh``, the quickstart's):
+and for ``--model smollm2_135m`` (``dfpo/config/base_model/smollm2_135m_cpu.yaml``, the quickstart's):
 
 * ``DIR/data/digit_sums_train.parquet`` and ``DIR/data/digit_sums_test.parquet`` — single-digit
   sums with a demonstration turn (:mod:`dfpo.examples.sums_task`) through ``python -m data_prep.math``;

@@ -1,7 +1,7 @@
 """The quickstart's pretrained model: SmolLM2-135M-Instruct, offline, from a PyPI wheel.
 
 :func:`ensure_pretrained_model` (``python -m dfpo.examples.prepare --model smollm2_135m --output-root
-DIR``, run by ``recipes/models/smollm2_135m_cpu.sh`` before every launch) writes, once,
+DIR``, run by ``python -m dfpo.main`` before every launch of a model file that names it, ``dfpo.example: smollm2_135m``) writes, once,
 ``DIR/models/smollm2_135m_instruct``: a Hugging Face model directory that verl, the local
 rollout and ``dfpo.evaluation.generate`` load like any other checkpoint.
 

@@ -31,15 +31,10 @@ if [[ "$RAY_AUTH_MODE" == token ]]; then
     fi
 fi
 
-# The recipes' knobs (docs/recipes.md, "Knobs": every variable recipes/common.sh and the model
-# files read), the Hugging Face cache and dfpo.main's node-watch period, as exported here.
-knob_pattern='^(MODEL_PATH|DATA_DIR|TRAIN_FILES|VAL_FILES|NNODES|GPUS_PER_NODE|GROUP_SIZE|TRAIN_BATCH_SIZE|PPO_.*|TOTAL_.*|LR|LR_WARMUP_STEPS|WEIGHT_DECAY|GRAD_CLIP|MAX_.*|TEMPERATURE|TOP_P|TOP_K|VAL_.*|SP_SIZE|USE_.*|LOG_PROB_.*|PARAM_OFFLOAD|OPTIMIZER_OFFLOAD|FSDP_SIZE|ACTOR_.*|GRADIENT_CHECKPOINTING|ENTROPY_.*|ROLLOUT_.*|GPU_MEMORY_.*|KL_LOSS_COEF|REWARD_.*|CODE_BACKEND|SANDBOX_FUSION_URL|SEED|PROJECT_NAME|EXPERIMENT_NAME|OUTPUT_ROOT|CKPT_DIR|LOG_DIR|LOGGER|SAVE_FREQ|TEST_FREQ|VAL_BEFORE_TRAIN|RESUME_MODE|ALLOW_LOCAL_CHECKPOINTS|TRAINER_MODE|CHECKPOINT_ENGINE|WEIGHT_BUCKET_MB|VLLM_KV_CACHE_GB|VLLM_BLOCK_SIZE|VLLM_CPU_OMP_THREADS_BIND|RAY_OBJECT_STORE_BYTES|CPU_THREADS_PER_RANK|RAY_DEDUP_LOGS|PYTHON|GPT_OSS_.*|HF_HOME|HF_HUB_OFFLINE|DFPO_NODE_WATCH_S|DFPO_PREEMPT_GRACE_S)$'
-env_json="$("${PYTHON:-python3}" - "$knob_pattern" <<'PY'
-import json, os, re, sys
-pattern = re.compile(sys.argv[1])
-print(json.dumps({"env_vars": {k: v for k, v in sorted(os.environ.items()) if pattern.match(k)}}))
-PY
-)"
+# The recipes' knobs as exported here (every variable a recipe reads: dfpo/recipe_knobs.py, the one
+# list), the Hugging Face cache and dfpo.main's node-watch and preemption settings.
+# (run as a file: standard library only, so any python3 on the submitting machine does)
+env_json="$("${PYTHON:-python3}" "$repo_root/dfpo/recipe_knobs.py" --job-runtime-env)"
 entrypoint="cd $(printf '%q' "$repo_root") && bash $(printf '%q' "$recipe")"
 for arg in "$@"; do
     entrypoint+=" $(printf '%q' "$arg")"

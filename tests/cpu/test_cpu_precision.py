@@ -137,40 +137,49 @@ def test_the_cli_prints_the_recipe_knobs_and_says_why():
     assert bad.returncode == 2 and "ACTOR_DTYPE must be auto" in bad.stderr
 
 
-def _dry_run(extra: dict[str, str]) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("ACTOR_DTYPE", "ROLLOUT_DTYPE")}
-    env.update({"DRY_RUN": "1", "OUTPUT_ROOT": "/tmp/dfpo-precision-dry-run", "PYTHON": sys.executable, **extra})
-    return subprocess.run(
-        ["bash", "recipes/run_dfpo_min_replace_smollm2_135m_cpu.sh"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120
-    )
+SMOLLM2 = "run_dfpo_min_replace_smollm2_135m_cpu.sh"
 
 
-def test_the_smollm2_recipe_resolves_auto_by_the_rule_and_says_so():
-    run = _dry_run({})
-    assert run.returncode == 0, run.stderr
+def _resolved(extra: dict[str, str]):
+    """The SmolLM2 recipe's config as python -m dfpo.main resolves it on this machine under the
+    knobs ``extra`` (the dtype choice made afresh, so that it is said again)."""
+    from dfpo import config_resolvers
+    from tests.recipes.recipe_commands import dry_run, resolved_config
+
+    config_resolvers._cpu_choice.cache_clear()
+    (command,) = dry_run(SMOLLM2, OUTPUT_ROOT="/tmp/dfpo-precision-dry-run", **extra)
+    return resolved_config(command.overrides)
+
+
+def test_the_smollm2_recipe_resolves_auto_by_the_rule_and_says_so(capfd):
+    cfg = _resolved({})
     native = cp.probe().native_bf16
-    assert f"param_dtype={'bf16' if native else 'fp32'}" in run.stdout
-    assert "fsdp_config.model_dtype=fp32" in run.stdout  # master weights stay fp32 either way
-    assert "dfpo precision: ACTOR_DTYPE=auto -> " + ("bfloat16" if native else "float32") in run.stderr
+    fsdp = cfg.actor_rollout_ref.actor.fsdp_config
+    assert fsdp.mixed_precision.param_dtype == ("bf16" if native else "fp32")
+    assert fsdp.model_dtype == "fp32"  # master weights stay fp32 either way
+    assert "dfpo precision: ACTOR_DTYPE=auto -> " + ("bfloat16" if native else "float32") in capfd.readouterr().err
 
 
-def test_the_smollm2_recipe_runs_an_explicit_bf16_and_warns_only_without_native_support():
-    run = _dry_run({"ACTOR_DTYPE": "bf16"})
-    assert run.returncode == 0, run.stderr
-    assert "param_dtype=bf16" in run.stdout
-    assert ("dfpo precision warning: ACTOR_DTYPE=bf16 on a CPU without native bf16" in run.stderr) == (not cp.probe().native_bf16)
+def test_the_smollm2_recipe_runs_an_explicit_bf16_and_warns_only_without_native_support(capfd):
+    cfg = _resolved({"ACTOR_DTYPE": "bf16"})
+    assert cfg.actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype == "bf16"
+    assert ("dfpo precision warning: ACTOR_DTYPE=bf16 on a CPU without native bf16" in capfd.readouterr().err) == (not cp.probe().native_bf16)
 
 
-def test_rollout_dtype_auto_reaches_vllms_engine_by_the_rule():
-    run = _dry_run({"ROLLOUT_DTYPE": "auto", "ACTOR_DTYPE": "fp32"})
-    assert run.returncode == 0, run.stderr
-    assert f"actor_rollout_ref.rollout.dtype={cp.probe().auto_dtype}" in run.stdout
-    assert "param_dtype=fp32" in run.stdout and "ROLLOUT_DTYPE=auto -> " in run.stderr
+def test_rollout_dtype_auto_reaches_vllms_engine_by_the_rule(capfd):
+    cfg = _resolved({"ROLLOUT_DTYPE": "auto", "ACTOR_DTYPE": "fp32"})
+    assert cfg.actor_rollout_ref.rollout.dtype == cp.probe().auto_dtype
+    assert cfg.actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype == "fp32"
+    assert "ROLLOUT_DTYPE=auto -> " in capfd.readouterr().err
 
 
 def test_a_bad_dtype_stops_the_recipe_before_anything_starts():
-    run = _dry_run({"ACTOR_DTYPE": "fp16"})
-    assert run.returncode != 0 and "ACTOR_DTYPE must be auto, fp32 or bf16, got 'fp16'" in run.stderr
+    env = {k: v for k, v in os.environ.items() if k not in ("ACTOR_DTYPE", "ROLLOUT_DTYPE")}
+    run = subprocess.run(
+        ["bash", f"recipes/{SMOLLM2}"], cwd=REPO_ROOT, env={**env, "DRY_RUN": "1", "PYTHON": sys.executable, "ACTOR_DTYPE": "fp16"},
+        capture_output=True, text=True, timeout=120,
+    )
+    assert run.returncode != 0 and run.stdout == "" and "ACTOR_DTYPE must be one of auto, fp32, bf16, got 'fp16'" in run.stderr
 
 
 def test_the_quickstart_resolves_once_records_why_and_names_runs_by_dtype(tmp_path):

@@ -2,18 +2,22 @@
 stops in seconds, naming the key or the file, and starts no Ray cluster.
 
 The command is the tiny CPU recipe's (its ``DRY_RUN=1`` line), run directly: the path that skips
-every check of recipes/common.sh, as a user typing ``python -m dfpo.main ...`` does.
+every check the recipes once made in bash, as a user typing ``python -m dfpo.main ...`` does.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
 import torch
 
-from dfpo.preflight import TRACKER_FILE
+from dfpo.driver import DriverSetupError, check_platform, resolve
+from dfpo.hydra_config import compose_trainer_config
+from dfpo.preflight import TRACKER_FILE, PreflightError, check_input_files
+from dfpo.recipe import recipe_environment
 from tests.recipes.recipe_commands import REPO_ROOT, dry_run
 
 pytestmark = pytest.mark.slow
@@ -22,10 +26,12 @@ RAY_STARTED = "Started a local Ray instance"
 
 
 def _main(tmp_path, *overrides: str) -> subprocess.CompletedProcess:
-    (command,) = dry_run("run_dfpo_min_replace_tiny_cpu.sh", OUTPUT_ROOT=str(tmp_path), DRY_RUN="1")
+    (command,) = dry_run("run_dfpo_min_replace_tiny_cpu.sh", OUTPUT_ROOT=str(tmp_path), MODEL_PATH=None)
     argv = [sys.executable, *command.argv[1:], *overrides]
-    # far below Ray's start-up: importing verl is most of it (10-20 s on 2 cores)
-    return subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    # far below Ray's start-up: importing verl is most of it (10-20 s on 2 cores); the driver
+    # writes the tiny example's model and data first (dfpo.example)
+    env = recipe_environment("tiny_cpu", dict(os.environ))
+    return subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=180)
 
 
 def test_dfpo_with_a_group_of_one_stops_before_ray_naming_rollout_n(tmp_path):
@@ -64,3 +70,19 @@ def test_a_dry_run_checks_prints_the_config_and_starts_nothing(tmp_path):
     assert "dfpo dry run (dfpo.dry_run=true): every check passed" in done.stdout
     assert "total_training_steps: 3" in done.stdout and "method: dfpo_min_replace" in done.stdout
     assert RAY_STARTED not in done.stdout + done.stderr
+
+
+def test_a_recipe_without_its_checkpoint_is_refused_naming_model_path(tmp_path):
+    """``python -m dfpo.main base_model=qwen3_32b`` without a checkpoint (verl's default path stays):
+    preflight names the key and the recipes' knob before Ray."""
+    cfg = compose_trainer_config(["base_model=qwen3_32b"], config_name="dfpo_trainer")
+    resolve(cfg)
+    with pytest.raises(PreflightError, match=r"actor_rollout_ref.model.path \S+ does not exist \(MODEL_PATH\)"):
+        check_input_files(cfg)
+
+
+def test_a_cpu_config_needs_verl_platform_in_the_drivers_environment():
+    cfg = compose_trainer_config(["base_model=tiny_cpu"], config_name="dfpo_trainer")
+    with pytest.raises(DriverSetupError, match="VERL_PLATFORM=cpu"):
+        check_platform(cfg, environ={})
+    check_platform(cfg, environ={"VERL_PLATFORM": "cpu"})

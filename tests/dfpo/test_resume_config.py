@@ -63,7 +63,7 @@ def test_a_changed_setting_is_refused_before_ray_naming_the_key(tmp_path, change
     _saved_run(tmp_path)
     relaunch = recipe_config(tmp_path, change)
     with pytest.raises(PreflightError) as refused:
-        preflight(relaunch, say=lambda text: None, environ={"ALLOW_LOCAL_CHECKPOINTS": "1"})
+        preflight(relaunch, say=lambda text: None, environ={"ALLOW_LOCAL_CHECKPOINTS": "1"}, files=False)
     message = str(refused.value)
     assert f"  {key}: {values[0]!r} -> {values[1]!r}" in message
     assert str(tmp_path / "run" / RECORD_FILE) in message and "EXPERIMENT_NAME" in message

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from dfpo import quickstart
@@ -22,8 +24,14 @@ def test_overrides_go_after_the_recipe_and_rename_the_experiment(tmp_path, monke
     (command, env), = calls
     # verl's validation samples are written per run (the held-out evaluation reads them)
     assert trained.validation_dir == tmp_path / "validation" / trained.experiment
-    assert command == ["bash", "recipes/run_dfpo_min_replace_smollm2_135m_cpu.sh", *overrides, f"trainer.validation_data_dir={trained.validation_dir}"]
+    # the recipe's own command (python -m dfpo.main method=... base_model=..., one override per
+    # knob), started directly, the quickstart's overrides after it
+    from dfpo.recipe import recipe_overrides
+
+    assert command[:5] == [sys.executable, "-m", "dfpo.main", "method=dfpo_min_replace", "base_model=smollm2_135m_cpu"]
+    assert command[3:] == [*recipe_overrides("dfpo_min_replace", "smollm2_135m_cpu", env), *overrides, f"trainer.validation_data_dir={trained.validation_dir}"]
     assert env["GPUS_PER_NODE"] == "1" and env["SEED"] == "3" and env["TOTAL_TRAINING_STEPS"] == "2"
+    assert env["VERL_PLATFORM"] == "cpu"  # a CPU model's driver
     one_rank = {"GPUS_PER_NODE": "1"}
     plain = quickstart.experiment_name(method, tmp_path, 2, 3, (), one_rank)
     assert env["EXPERIMENT_NAME"] == quickstart.experiment_name(method, tmp_path, 2, 3, overrides, one_rank) != plain
@@ -105,5 +113,7 @@ def test_the_held_out_evaluation_is_verls_validation_at_the_evaluation_settings(
     assert quickstart.validation_knobs(8, validate_start=False)["VAL_BEFORE_TRAIN"] == "false"
     sampling = quickstart.EVAL_SAMPLING
     assert (sampling.temperature, sampling.top_p, sampling.top_k, sampling.max_new_tokens) == (0.6, 1.0, None, quickstart.MAX_NEW_TOKENS)
-    recipe = (quickstart.REPO_ROOT / "recipes" / "models" / "smollm2_135m_cpu.sh").read_text()
-    assert f'MAX_RESPONSE_LENGTH:={quickstart.MAX_NEW_TOKENS}}}' in recipe
+    from omegaconf import OmegaConf
+
+    recipe = OmegaConf.load(quickstart.REPO_ROOT / "dfpo" / "config" / "base_model" / "smollm2_135m_cpu.yaml")
+    assert recipe.data.max_response_length == quickstart.MAX_NEW_TOKENS

@@ -1,4 +1,4 @@
-"""What each recipe must select, written down independently of recipes/common.sh.
+"""What each recipe must select, written down independently of dfpo/config and dfpo/recipe.py.
 
 Methods follow docs/method.md §4 (baselines) and §3 (DFPO and its ablations); models are the paper's
 three. A recipe whose composed config disagrees with this table fails the tests.
@@ -55,8 +55,8 @@ NEWCOMER_RUN_SCRIPTS = frozenset(
 SMOKE_SCRIPT = "run_dfpo_min_replace_qwen3_0p6b.sh"
 # Every GPU run script: what the launcher tests and the "every key is read" test cover.
 GPU_RUN_SCRIPTS = EXPECTED_RUN_SCRIPTS | NEWCOMER_RUN_SCRIPTS
-# The CPU recipes, tested end to end elsewhere: the tiny model (recipes/models/tiny_cpu.sh), one per
-# method; SmolLM2-135M-Instruct (recipes/models/smollm2_135m_cpu.sh), the quickstart's two methods.
+# The CPU recipes, tested end to end elsewhere: the tiny model (dfpo/config/base_model/tiny_cpu.yaml), one per
+# method; SmolLM2-135M-Instruct (dfpo/config/base_model/smollm2_135m_cpu.yaml), the quickstart's two methods.
 CPU_MODELS = ("tiny_cpu", "smollm2_135m_cpu")
 QUICKSTART_METHODS = ("dfpo_min_replace", "gspo")
 CPU_RUN_SCRIPTS = frozenset(

@@ -43,27 +43,32 @@ exec "$REAL_PYTHON" "$@"
 """
 
 # What verl's trainer leaves after TOTAL_TRAINING_STEPS steps: the file log at VERL_FILE_LOGGER_PATH
-# (with the DFPO worker's metrics) and the last checkpoint under trainer.default_local_dir.
+# (with the DFPO worker's metrics) and the last checkpoint under trainer.default_local_dir, both from
+# the config dfpo.main composes and resolves from the launch's arguments.
 FAKE_MAIN = """
 import json, os, sys
+from dfpo.driver import resolve
+from dfpo.hydra_config import compose_trainer_config
 with open(os.environ["FAKE_MAIN_ARGV"], "a") as record:  # each launch's exact argument list
     record.write(json.dumps(sys.argv[1:]) + "\\n")
-args = dict(a.lstrip("+").split("=", 1) for a in sys.argv[1:])
-unquote = lambda v: v.strip("'")
-steps = int(args["trainer.total_training_steps"])
-bypass = args.get("algorithm.rollout_correction.bypass_mode") == "true"
-gap = 1e-4 if args.get("trainer.device") == "cpu" else 0.1  # fp32 on CPU, bf16 on GPUs
-with open(unquote(args["ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"]), "w") as log:
+cfg = compose_trainer_config(sys.argv[1:], config_name="dfpo_trainer")  # what dfpo.main would run
+resolve(cfg)
+steps = int(cfg.trainer.total_training_steps)
+bypass = bool(cfg.algorithm.rollout_correction.get("bypass_mode"))
+gap = 1e-4 if cfg.trainer.device == "cpu" else 0.1  # fp32 on CPU, bf16 on GPUs
+log_path = cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH
+os.makedirs(os.path.dirname(log_path), exist_ok=True)
+with open(log_path, "w") as log:
     for step in range(1, steps + 1):
         data = {"critic/score/mean": 0.25, "actor/grad_norm": 0.5, "actor/dfpo/shared_token_grad_residual": 3e-8, "actor/dfpo/shared_token_grad_eps": 1.1920928955078125e-07,
                 "actor/dfpo/old_log_probs_recomputed": 0.0 if bypass else 1.0}
         if not bypass:  # as verl: in bypass mode the actor recomputes nothing, so there is no gap to log
             data["training/rollout_probs_diff_max"] = gap
             data["rollout_corr/kl"] = gap / 100  # synced: each step's rollout-vs-actor KL is the numerics' alone
-        if args.get("actor_rollout_ref.actor.policy_loss.dfpo_measure_update_kl") == "true":
+        if cfg.actor_rollout_ref.actor.policy_loss.get("dfpo_measure_update_kl"):
             data["actor/dfpo/update_kl"] = 0.3  # two Adam steps at the smoke's LR
         log.write(json.dumps({"step": step, "data": data}) + "\\n")
-os.makedirs(os.path.join(unquote(args["trainer.default_local_dir"]), f"global_step_{steps}", "actor"))
+os.makedirs(os.path.join(cfg.trainer.default_local_dir, f"global_step_{steps}", "actor"))
 """
 
 
@@ -112,7 +117,7 @@ def test_gpu_smoke_runs_every_stage_and_passes(smoke):
     assert calls[0] == "-m dfpo.doctor"  # the GPU stack's checks
     trains = [c for c in calls if c.startswith("-m dfpo.main")]
     assert len(trains) == 2 and "algorithm.rollout_correction.bypass_mode=true" in trains[1]
-    assert "trainer.total_training_steps=2" in trains[0] and "actor_rollout_ref.rollout.name=vllm" in trains[0]
+    assert "trainer.total_training_steps=2" in trains[0] and "base_model=qwen3_0p6b" in trains[0]  # rollout.name=vllm: the recipes' default
     assert "PASS  old log-probs recomputed" in result.stdout and "PASS  old log-probs rollout" in result.stdout
     # the 2-step run measures each update's KL and is checked for a rollout an update behind
     assert "actor_rollout_ref.actor.policy_loss.dfpo_measure_update_kl=true" in trains[0]
@@ -170,7 +175,7 @@ def test_gpu_smoke_gpu_mode_training_launch_runs_for_real_until_cuda_is_needed(s
     tmp_path, run = smoke
     assert run().returncode == 0
     launch = json.loads((tmp_path / "main_argv.jsonl").read_text().splitlines()[0])
-    assert f"actor_rollout_ref.model.path='{tmp_path}/Qwen3-0.6B'" in launch and "trainer.n_gpus_per_node=1" in launch
+    assert f"actor_rollout_ref.model.path='{tmp_path}/Qwen3-0.6B'" in launch and "base_model=qwen3_0p6b" in launch  # one GPU: the model file's
     save_untrained_model(tmp_path / "Qwen3-0.6B", TinyModelSpec(), build_char_tokenizer())
     logical_gpu = ["+ray_kwargs.ray_init.num_gpus=1", "ray_kwargs.ray_init.num_cpus=16"]
     # the GPU path: no CPU backend (VERL_PLATFORM unset), a Ray instance of its own
@@ -217,7 +222,7 @@ def test_gpu_smoke_cpu_mode_passes_the_cpu_recipe_the_vllm_rollout_and_cpu_setti
     assert len(trains) == 2 and "algorithm.rollout_correction.bypass_mode=true" in trains[1]
     model = f"actor_rollout_ref.model.path={tmp_path}/smoke/models/tiny_qwen3_cpu"
     for train in trains:
-        assert "actor_rollout_ref.rollout.name=vllm" in train and "trainer.device=cpu" in train
+        assert "actor_rollout_ref.rollout.name='vllm'" in train and "base_model=tiny_cpu" in train  # trainer.device=cpu: platform/cpu.yaml
         assert "trainer.n_gpus_per_node=1" in train and model in train.replace("'", "")
     assert "PASS  rollout log-probs match the actor's (fp32 bound" in result.stdout
     evaluate = next(c for c in calls if c.startswith("-m dfpo.evaluation.generate"))

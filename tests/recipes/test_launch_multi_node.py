@@ -5,6 +5,8 @@ scontrol. The real 2-node Ray cluster is tests/e2e/test_multi_node_cpu.py."""
 
 from __future__ import annotations
 
+import copy
+
 import json
 import os
 import re
@@ -18,7 +20,7 @@ import psutil
 import pytest
 
 from dfpo.preflight import PreflightError
-from tests.recipes.recipe_commands import REPO_ROOT, preflight_says, recipe_env, run_recipe
+from tests.recipes.recipe_commands import REPO_ROOT, dry_run, preflight_says
 
 SCRIPT = "run_dfpo_min_replace_qwen3_32b.sh"
 LAUNCH = REPO_ROOT / "scripts" / "launch"
@@ -83,20 +85,26 @@ def test_ray_job_submit_sends_the_recipe_and_the_exported_knobs(tmp_path):
     assert "ray job logs --follow dfpo-test-1" in result.stderr
 
 
-def test_ray_job_submit_forwards_every_knob_the_recipes_read():
-    """Every variable recipes/common.sh and the model files read, but for the launcher's own."""
-    text = "\n".join(p.read_text() for p in [REPO_ROOT / "recipes" / "common.sh", *(REPO_ROOT / "recipes" / "models").glob("*.sh")])
-    read = set(re.findall(r"\$\{([A-Z][A-Z0-9_]*)", text))
-    internal = {"BASH_SOURCE", "DFPO_METHODS", "DFPO_METHOD_OVERRIDES", "DFPO_MODEL_OVERRIDES", "MODEL_NAME", "MODEL_OVERRIDES",
-                "RAY_ADDRESS", "RAY_LOGICAL_GPUS", "DRY_RUN", "HOME", "VAR", "DFPO_RAY_INIT_NODE_KEYS", "BASH_REMATCH"}
-    pattern = re.search(r"knob_pattern='([^']+)'", (LAUNCH / "ray_job_submit.sh").read_text()).group(1)
-    missing = sorted(name for name in read - internal if not re.match(pattern, name))
-    assert not missing, f"ray_job_submit.sh does not pass {missing} to the job"
-    # and those the driver itself reads (python -m dfpo.main)
+def test_ray_job_submit_forwards_every_knob_the_recipes_read(tmp_path):
+    """Every variable the recipes read (dfpo/recipe_knobs.py, the launcher's one list, and every
+    knob that dfpo/recipe.py reads itself) and those the driver reads, exported here, reach the job."""
     from dfpo.node_watch import PERIOD_ENV
     from dfpo.preemption import GRACE_ENV
+    from dfpo.recipe_knobs import names
 
-    assert all(re.match(pattern, name) for name in (PERIOD_ENV, GRACE_ENV)), pattern[-80:]
+    recipe_source = (REPO_ROOT / "dfpo" / "recipe.py").read_text() + (REPO_ROOT / "recipes" / "common.sh").read_text()
+    read_by_launcher = set(re.findall(r'environ(?:\.get\(|\[)"([A-Z][A-Z0-9_]*)"', recipe_source)) | set(re.findall(r"\$\{([A-Z][A-Z0-9_]*)", recipe_source))
+    assert read_by_launcher - {"HOME", "BASH_SOURCE"} <= set(names()), sorted(read_by_launcher - set(names()))
+    _stand_in(tmp_path, "ray", 'printf "%s\\n" "$@" > "$FAKE_RAY_ARGS"\n')
+    _token(tmp_path)
+    exported = {name: f"value-of-{name}" for name in [*names(), PERIOD_ENV, GRACE_ENV]}
+    env = {**exported, "PATH": f"{tmp_path}:/usr/bin:/bin", "HOME": str(tmp_path), "RAY_ADDRESS": "http://head:8265", "FAKE_RAY_ARGS": str(tmp_path / "args")}
+    env.pop("PYTHON")
+    result = subprocess.run(["bash", str(LAUNCH / "ray_job_submit.sh"), f"recipes/{SCRIPT}"], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    args = (tmp_path / "args").read_text().splitlines()
+    runtime_env = json.loads(next(a for a in args if a.startswith("--runtime-env-json=")).split("=", 1)[1])
+    assert {k: v for k, v in exported.items() if k != "PYTHON"} == runtime_env["env_vars"]
 
 
 def test_ray_job_submit_needs_the_cluster_address():
@@ -294,13 +302,17 @@ def test_launch_scripts_parse_are_shellcheck_clean_and_hold_no_cluster_paths():
 
 def test_a_driver_joining_a_running_cluster_does_not_size_ray(tmp_path):
     """Ray refuses ray.init(num_cpus/num_gpus/object_store_memory) when it connects to a cluster:
-    with RAY_ADDRESS set the CPU recipe leaves the nodes' resources to their ray start."""
-    base = recipe_env(OUTPUT_ROOT=str(tmp_path), NNODES="2", GPUS_PER_NODE="1")
-    local = run_recipe("run_dfpo_min_replace_tiny_cpu.sh", env=base)
-    joined = run_recipe("run_dfpo_min_replace_tiny_cpu.sh", env={**base, "RAY_ADDRESS": "10.0.0.1:6379"})
-    assert local.returncode == 0 and joined.returncode == 0, joined.stderr
+    with RAY_ADDRESS set, dfpo.main's driver leaves the nodes' resources to their ray start (every
+    path: the CPU recipe's platform file sets them)."""
+    from dfpo.driver import drop_node_resources_on_a_cluster
+
+    (command,) = dry_run("run_dfpo_min_replace_tiny_cpu.sh", OUTPUT_ROOT=str(tmp_path), NNODES="2", GPUS_PER_NODE="1")
+    local, joined = copy.deepcopy(command.config), copy.deepcopy(command.config)
+    said: list[str] = []
+    assert drop_node_resources_on_a_cluster(local, say=said.append, environ={}) == [] and not said
+    assert drop_node_resources_on_a_cluster(joined, say=said.append, environ={"RAY_ADDRESS": "10.0.0.1:6379"}) == ["num_cpus", "num_gpus", "object_store_memory"]
     for key in ("num_gpus", "num_cpus", "object_store_memory"):
-        assert f"ray_kwargs.ray_init.{key}=" in local.stdout
-        assert f"ray_kwargs.ray_init.{key}=" not in joined.stdout
-    assert "ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM" in joined.stdout
-    assert "is a running cluster" in joined.stderr
+        assert key in local.ray_kwargs.ray_init and key not in joined.ray_kwargs.ray_init
+    assert joined.ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM == "cpu"
+    assert "is a running cluster" in said[0]
+    assert drop_node_resources_on_a_cluster(copy.deepcopy(command.config), say=said.append, environ={"RAY_ADDRESS": "local"}) == []

@@ -215,7 +215,7 @@ def test_the_reason_qwen3_next_cannot_pack_still_holds():
     """verl's FSDP engine passes packed-sequence boundaries only to models whose forward takes
     ``cu_seqlens``; transformers' Qwen3-Next does not, and its Gated DeltaNet layers take the
     boundaries from ``cu_seq_lens_q`` alone. When this fails, packing may have become safe: re-check
-    and re-enable USE_REMOVE_PADDING in recipes/models/qwen3_next_80b_a3b_thinking.sh."""
+    and re-enable use_remove_padding in dfpo/config/base_model/qwen3_next_80b_a3b_thinking.yaml."""
     from transformers.models.qwen3_next import modeling_qwen3_next
     from verl.workers.engine.fsdp import transformer_impl
 

@@ -16,8 +16,13 @@ The same holds for every CPU run script (``recipes/run_*_cpu.sh``, found by name
 added later is covered), with each of the two CPU rollouts (``ROLLOUT_NAME=vllm``: verl's vLLM rollout
 on vLLM's CPU build; ``ROLLOUT_NAME=local``: dfpo's transformers server), with the KL loss, and with
 ``TRAINER_MODE=separate_async`` (its checkpoint-engine and standalone-rollout keys); and for the
-knobs recipes/models/cpu_base.sh defines (``CPU_KNOB_VALUES``: CPU-only, so docs/cpu.md's to
-describe, not the GPU table of docs/recipes.md; ``ROLLOUT_NAME`` is in both).
+knobs of the CPU platform (``CPU_KNOB_VALUES``: ``dfpo/recipe_knobs.py``'s knobs of
+``platform/cpu.yaml``, CPU-only, so docs/cpu.md's to describe, not the GPU table of
+docs/recipes.md; ``ROLLOUT_NAME`` is in both).
+
+A key set by a config file (a model file, ``recipe_defaults.yaml``, ``platform/cpu.yaml``) holds
+the model's value for every mode, so it may go unread in some: each such key and the reason is in
+:data:`IDLE_FILE_KEYS`, and any other key, and every key the command line sets, must be read.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf, open_dict
 
 from dfpo.hydra_config import compose_trainer_config
-from tests.recipes.recipe_commands import RECIPES_DIR, REPO_ROOT, composed_config, default_command, dry_run, group_choice, keys_set
+from tests.recipes.recipe_commands import RECIPES_DIR, REPO_ROOT, composed_config, default_command, dry_run, file_keys, group_choice, keys_set, recipe_home
 from tests.recipes.recipe_expectations import CPU_RUN_SCRIPTS, GPU_RUN_SCRIPTS, METHODS, SWEEP_SCRIPT
 from tests.recipes.verl_readers import READERS, reader_of, readers, running_reader, source_path
 
@@ -39,9 +44,44 @@ SCRIPT = "run_dfpo_min_replace_qwen3_32b.sh"
 
 # ---- the CPU recipes -------------------------------------------------------------------------------
 CPU_RUN_SCRIPT_GLOB = "run_*_cpu.sh"  # every CPU run script, whatever its model
-CPU_ROLLOUTS = ("vllm", "local")  # ROLLOUT_NAME of recipes/models/cpu_base.sh
+CPU_ROLLOUTS = ("vllm", "local")  # ROLLOUT_NAME of dfpo/config/platform/cpu.yaml
 CPU_SCRIPT = "run_dfpo_min_replace_tiny_cpu.sh"
-CPU_BASE = REPO_ROOT / "recipes" / "models" / "cpu_base.sh"
+
+# Keys a config file sets that go unread in some modes, and why (see the module's docstring).
+IDLE_FILE_KEYS = {
+    "actor_rollout_ref.ref.fsdp_config.model_dtype": "the CPU reference policy's dtype: built only with the KL loss",
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": "a model's training token budget: read with dynamic batching only",
+    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": "a model's log-prob token budget: read with dynamic batching only",
+    "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": "the KL loss's reference pass budget: read with dynamic batching only",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": "the KL loss's reference micro-batch: read with fixed micro-batches only",
+    "actor_rollout_ref.rollout.gpu_memory_utilization": "vLLM's memory share: not read by dfpo's local CPU rollout",
+    "actor_rollout_ref.rollout.dtype": "vLLM's dtype: not read by dfpo's local CPU rollout",
+    "actor_rollout_ref.rollout.enforce_eager": "a vLLM setting: not read by dfpo's local CPU rollout",
+    "actor_rollout_ref.rollout.enable_sleep_mode": "a vLLM setting: not read by dfpo's local CPU rollout",
+    "actor_rollout_ref.rollout.max_model_len": "a vLLM setting: not read by dfpo's local CPU rollout",
+    "actor_rollout_ref.rollout.max_num_batched_tokens": "a vLLM setting: not read by dfpo's local CPU rollout",
+    "actor_rollout_ref.rollout.engine_kwargs.vllm.block_size": "a vLLM setting: not read by dfpo's local CPU rollout",
+    "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes": "verl's weight sync into vLLM: not used by dfpo's local CPU rollout",
+    "ray_kwargs.ray_init.runtime_env.env_vars.VLLM_CPU_KVCACHE_SPACE": "vLLM's CPU KV cache: no vLLM engine with dfpo's local CPU rollout",
+    "ray_kwargs.ray_init.runtime_env.env_vars.VLLM_CPU_OMP_THREADS_BIND": "vLLM's thread binding: no vLLM engine with dfpo's local CPU rollout",
+}
+
+
+def check_every_key_is_read(label: str, overrides: list[str], cfg) -> None:
+    """Every key ``overrides`` sets has a reader on the path that runs, except a file's key listed
+    in :data:`IDLE_FILE_KEYS`, which must still have a reader somewhere."""
+    from_files = file_keys([o for o in overrides if group_choice(o)]) - {o.split("=", 1)[0].lstrip("+") for o in overrides if not group_choice(o)}
+    for key in keys_set(overrides):
+        found = reader_of(key)
+        assert found is not None, (
+            f"{label} sets {key}, which no reader in tests/recipes/verl_readers.py reads on the path "
+            "python -m dfpo.main runs (find the line of verl, vLLM or dfpo that reads it, or stop setting it)"
+        )
+        if running_reader(key, cfg) is None:
+            assert key in from_files and key in IDLE_FILE_KEYS, (
+                f"{label} sets {key}, but {', '.join(r.file for r in found[1])} reads it only under a "
+                "condition that is off in this config"
+            )
 
 
 def cpu_run_scripts() -> list[str]:
@@ -77,7 +117,7 @@ def _cpu_cases() -> list:
 
 
 
-# A changed value for every knob recipes/models/cpu_base.sh defines, with the setting it needs to act.
+# A changed value for every knob of the CPU platform, with the setting it needs to act.
 CPU_KNOB_VALUES: dict[str, tuple[str, dict[str, str]]] = {
     "ROLLOUT_NAME": ("local", {"ROLLOUT_NAME": "vllm"}),
     "ACTOR_DTYPE": ("bf16", {"ROLLOUT_NAME": "vllm"}),
@@ -87,6 +127,7 @@ CPU_KNOB_VALUES: dict[str, tuple[str, dict[str, str]]] = {
     "WEIGHT_BUCKET_MB": ("512", {"ROLLOUT_NAME": "vllm"}),
     "RAY_OBJECT_STORE_BYTES": ("2000000000", {"ROLLOUT_NAME": "vllm"}),
     "CPU_THREADS_PER_RANK": ("7", {"ROLLOUT_NAME": "vllm"}),
+    "VLLM_CPU_OMP_THREADS_BIND": ("0|1", {"ROLLOUT_NAME": "vllm"}),
 }
 
 # A changed value for every knob of the table in docs/recipes.md, with the setting it needs to act at all.
@@ -187,7 +228,8 @@ def _flat(cfg) -> dict[str, object]:
         else:
             out[prefix] = node
 
-    walk("", OmegaConf.to_container(cfg, resolve=True))
+    with recipe_home():
+        walk("", OmegaConf.to_container(cfg, resolve=True))
     # the file log's name holds the launch time: only the rest of it says where the log goes
     key = "ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"
     out[key] = re.sub(r"\.\d{8}T\d{6}Z\.jsonl$", ".jsonl", str(out[key]))
@@ -209,10 +251,12 @@ def _config_for(overrides: list[str]):
     0.5-2 s, so it runs only for a set of keys not seen before; otherwise an earlier composed config
     whose keys are a subset gets every one of ``overrides`` applied, in order, by Hydra's own
     override parser (each of its keys is set again, the others are new: the same values and
-    interpolations; test_a_derived_config_equals_a_full_compose checks it)."""
+    interpolations; test_a_derived_config_equals_a_full_compose checks it). The base must have chosen
+    the same config-group files: another choice sets other keys."""
     keys = _override_keys(overrides)
+    groups = {k for k in keys if group_choice(k)}
     for base_keys, base in _COMPOSED:
-        if base_keys <= keys:
+        if base_keys <= keys and {k for k in base_keys if group_choice(k)} == groups:
             cfg = copy.deepcopy(base)
             for override in OverridesParser.create().parse_overrides([o for o in overrides if not group_choice(o)]):
                 with open_dict(cfg):
@@ -253,12 +297,7 @@ def test_the_knob_table_and_this_test_list_the_same_knobs():
 @pytest.mark.parametrize("script", sorted(GPU_RUN_SCRIPTS))
 def test_every_key_a_recipe_sets_is_read_on_the_v1_engine_path(script):
     command, cfg = default_command(script), composed_config(script)
-    for key in keys_set(command.overrides):
-        found = reader_of(key)
-        assert found is not None, f"{script} sets {key}, which verl 0.9.1's V1 engine path never reads"
-        assert running_reader(key, cfg) is not None, (
-            f"{script} sets {key}, but {', '.join(r.file for r in found[1])} reads it only under a condition that is off"
-        )
+    check_every_key_is_read(script, command.overrides, cfg)
 
 
 @pytest.mark.parametrize(
@@ -269,8 +308,7 @@ def test_every_key_a_recipe_sets_is_read_on_the_v1_engine_path(script):
 def test_conditional_keys_are_set_when_their_reader_runs(variables):
     # a full compose here: these commands add keys the default command lacks
     command, cfg = _compose(SCRIPT, tuple(variables.items()))
-    for key in keys_set(command.overrides):
-        assert running_reader(key, cfg) is not None, key
+    check_every_key_is_read(f"{SCRIPT} {variables}", command.overrides, cfg)
 
 
 @pytest.mark.parametrize("knob", sorted(KNOB_VALUES))
@@ -302,21 +340,20 @@ def test_the_cpu_run_scripts_are_found_by_name():
 def test_every_key_a_cpu_recipe_sets_is_read_on_the_path_that_runs(script, variables):
     command, cfg = _compose(script, tuple(sorted(variables.items())))
     assert cfg.actor_rollout_ref.rollout.name == variables["ROLLOUT_NAME"]
-    for key in keys_set(command.overrides):
-        found = reader_of(key)
-        assert found is not None, (
-            f"{script} {variables} sets {key}, which no reader in tests/recipes/verl_readers.py reads on the path "
-            "python -m dfpo.main runs (find the line of verl, vLLM or dfpo that reads it, or stop setting it)"
-        )
-        assert running_reader(key, cfg) is not None, (
-            f"{script} {variables} sets {key}, but {', '.join(r.file for r in found[1])} reads it only under a "
-            "condition that is off in this config"
-        )
+    check_every_key_is_read(f"{script} {variables}", command.overrides, cfg)
 
 
-def test_the_cpu_knobs_are_the_ones_cpu_base_defines():
-    defined = re.findall(r'^: "\$\{([A-Z][A-Z0-9_]*):=', CPU_BASE.read_text(), flags=re.MULTILINE)
-    assert defined and set(defined) == set(CPU_KNOB_VALUES)
+def test_the_cpu_knobs_are_the_cpu_platforms():
+    from dfpo.recipe_knobs import KNOBS
+
+    assert {k.name for k in KNOBS if k.platform == "cpu"} | {"ROLLOUT_NAME"} == set(CPU_KNOB_VALUES)
+
+
+def test_an_idle_key_set_on_the_command_line_is_refused():
+    """The mutant of the exemption: a listed key set by an override (not a file) still fails."""
+    command, cfg = _compose(CPU_SCRIPT, (("ROLLOUT_NAME", "local"),))
+    with pytest.raises(AssertionError, match="gpu_memory_utilization"):
+        check_every_key_is_read("mutant", [*command.overrides, "actor_rollout_ref.rollout.gpu_memory_utilization=0.5"], cfg)
 
 
 @pytest.mark.parametrize("knob", sorted(CPU_KNOB_VALUES))
@@ -337,3 +374,4 @@ def test_a_derived_config_equals_a_full_compose():
     command, derived = _compose(CPU_SCRIPT, variables)
     assert any(keys < _override_keys(command.overrides) for keys, _ in _COMPOSED), "nothing to derive from"
     assert _flat(derived) == _flat(compose_trainer_config(command.overrides, config_name="dfpo_trainer"))
+    assert derived.actor_rollout_ref.actor.use_kl_loss is True  # the kl_loss file's keys are there

@@ -1,6 +1,6 @@
-"""The shared launcher recipes/common.sh as a user meets it: syntax, variables, errors, the real run path.
-
-These run bash only (no Hydra), except where a value's exact meaning for Hydra is the point.
+"""The recipes' launch as a user meets it: the one-line run scripts, recipes/common.sh and
+``python -m dfpo.recipe`` (syntax, knobs, errors, the real run path), and a new method or model as
+one config file.
 """
 
 from __future__ import annotations
@@ -14,11 +14,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from dfpo.hydra_config import compose_trainer_config
 from dfpo.methods import load_method, method_names
 from dfpo.preflight import PreflightError
 from tests.recipes.recipe_commands import (
-    DUMMY_MODEL_PATH,
     RECIPES_DIR,
     REPO_ROOT,
     TEST_HOME,
@@ -72,61 +70,118 @@ def test_every_method_file_is_known_to_the_tests():
             expected.adv_estimator, expected.loss_mode, expected.loss_agg_mode)
 
 
-def test_a_new_method_is_one_file(tmp_path):
-    """A method file added to dfpo/config/method/ is all the launcher and dfpo.main need: the
-    launcher accepts its name and selects it, and the config composes with its values."""
+@pytest.fixture
+def config_copy(tmp_path, monkeypatch):
+    """A copy of dfpo/config that the launcher reads instead (a file added there is all it knows)."""
     import shutil
 
+    import dfpo.recipe
+
+    config = tmp_path / "config"
+    shutil.copytree(REPO_ROOT / "dfpo" / "config", config)
+    monkeypatch.setattr(dfpo.recipe, "CONFIG_DIR", config)
+    return config
+
+
+def _compose_in(config_dir, overrides):
     from hydra import compose, initialize_config_dir
 
-    root = tmp_path / "repo"
-    shutil.copytree(REPO_ROOT / "recipes", root / "recipes")
-    shutil.copytree(REPO_ROOT / "dfpo" / "config", root / "dfpo" / "config")
-    (root / "dfpo" / "config" / "method" / "dfpo_orth_proj_prefix.yaml").write_text(
+    from dfpo.driver import resolve
+    from tests.recipes.recipe_commands import recipe_home
+
+    with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+        cfg = compose("dfpo_trainer", overrides=overrides)
+    with recipe_home():
+        resolve(cfg)
+    return cfg
+
+
+def test_a_new_method_is_one_file(config_copy):
+    """A method file added to dfpo/config/method/ is all the launcher and dfpo.main need: the
+    launcher accepts its name and selects it, and the config composes with its values."""
+    from dfpo.recipe import recipe_command
+
+    (config_copy / "method" / "dfpo_orth_proj_prefix.yaml").write_text(
         "# @package _global_\n"
         "dfpo:\n  method: dfpo_orth_proj_prefix\n"
         "algorithm:\n  adv_estimator: dfpo\n"
         "actor_rollout_ref:\n  actor:\n    loss_agg_mode: seq-mean-token-mean\n"
         "    policy_loss:\n      loss_mode: dfpo\n      dfpo_transform: orth_proj\n      dfpo_scope: shared_prefix\n"
     )
-    result = subprocess.run(
-        ["bash", "-c", "source recipes/common.sh; source recipes/models/qwen3_32b.sh; dfpo_launch dfpo_orth_proj_prefix"],
-        cwd=root, env=recipe_env(), capture_output=True, text=True,
-    )
-    assert result.returncode == 0, result.stderr
-    (command,) = parse_commands(result.stdout)
-    assert command.value("method") == "dfpo_orth_proj_prefix"
-    assert "dfpo_orth_proj_prefix-qwen3_32b-g8-seed1" in command.value("trainer.experiment_name")
-    with initialize_config_dir(config_dir=str(root / "dfpo" / "config"), version_base=None):
-        cfg = compose("dfpo_trainer", overrides=command.overrides)
+    command = recipe_command("dfpo_orth_proj_prefix", "qwen3_32b", [], recipe_env())
+    assert "method=dfpo_orth_proj_prefix" in command
+    cfg = _compose_in(config_copy, command[3:])
     options = cfg.actor_rollout_ref.actor.policy_loss
     assert (cfg.dfpo.method, options.dfpo_transform, options.dfpo_scope) == ("dfpo_orth_proj_prefix", "orth_proj", "shared_prefix")
+    assert cfg.trainer.experiment_name == "dfpo_orth_proj_prefix-qwen3_32b-g8-seed1"
+
+
+NEW_MODEL = """# @package _global_
+defaults:
+  - /recipe_defaults
+  - _self_
+dfpo:
+  model: llama3_8b
+trainer:
+  nnodes: 2
+data:
+  max_response_length: 8192
+actor_rollout_ref:
+  model:
+    use_remove_padding: true
+  actor:
+    ulysses_sequence_parallel_size: 2
+    ppo_max_token_len_per_gpu: ${dfpo_tokens_per_gpu:3}
+  rollout:
+    tensor_model_parallel_size: 2
+    log_prob_max_token_len_per_gpu: ${dfpo_tokens_per_gpu:6}
+"""
+
+
+def test_a_new_model_is_one_file(config_copy, monkeypatch):
+    """A model file added to dfpo/config/base_model/ is all the launcher and dfpo.main need: the
+    launcher accepts it, the config composes with its values and the recipes' defaults, its token
+    budgets follow its lengths and any knob, and dfpo.main's memory plan is made for it once
+    memory_plan.py knows its shape (and says there is none before)."""
+    from dfpo import memory_plan
+    from dfpo.preflight import memory_plan_report
+    from dfpo.recipe import recipe_command
+
+    (config_copy / "base_model" / "llama3_8b.yaml").write_text(NEW_MODEL)
+    command = recipe_command("gspo", "llama3_8b", [], recipe_env(MAX_RESPONSE_LENGTH="6144"))
+    assert command[3:5] == ["method=gspo", "base_model=llama3_8b"]
+    cfg = _compose_in(config_copy, command[3:])
+    assert (cfg.trainer.nnodes, cfg.data.max_response_length, cfg.actor_rollout_ref.rollout.n) == (2, 6144, 8)
+    assert cfg.actor_rollout_ref.actor.ppo_max_token_len_per_gpu == 3 * (2048 + 6144) // 2
+    assert cfg.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu == 6 * (2048 + 6144) // 2
+    assert cfg.trainer.experiment_name == "gspo-llama3_8b-g8-seed1"
+    assert "no memory plan" in memory_plan_report(cfg, environ={})
+    monkeypatch.setitem(memory_plan.KNOWN_MODELS, "llama3_8b", memory_plan.ModelShape(params=8.0e9, layers=32, hidden=4096, vocab=128256))
+    plan = memory_plan_report(cfg, environ={})
+    assert "llama3_8b" in plan and "no memory plan" not in plan
+
+
+def _launch(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", "-c", 'source recipes/common.sh; dfpo_launch "$@"', "recipe", *args],
+        cwd=REPO_ROOT, env=env or recipe_env(), capture_output=True, text=True,
+    )
 
 
 def test_unknown_method_lists_the_valid_ones():
-    result = subprocess.run(
-        ["bash", "-c", "source recipes/common.sh; source recipes/models/qwen3_32b.sh; dfpo_launch grpo_typo"],
-        cwd=REPO_ROOT,
-        env=recipe_env(),
-        capture_output=True,
-        text=True,
-    )
+    result = _launch("grpo_typo", "qwen3_32b")
     assert result.returncode != 0
     assert "unknown method 'grpo_typo'" in result.stderr
     for method in METHODS:
         assert method in result.stderr
 
 
-def test_launcher_without_a_model_file_names_the_missing_variable():
-    result = subprocess.run(
-        ["bash", "-c", "source recipes/common.sh; dfpo_launch gspo"],
-        cwd=REPO_ROOT,
-        env=recipe_env(),
-        capture_output=True,
-        text=True,
-    )
+def test_unknown_model_lists_the_valid_ones():
+    result = _launch("gspo", "qwen3_23b")
     assert result.returncode != 0
-    assert "MODEL_NAME is not set" in result.stderr and "recipes/models" in result.stderr
+    assert "unknown model 'qwen3_23b'" in result.stderr and "qwen3_32b" in result.stderr and "dfpo/config/base_model" in result.stderr
+    usage = _launch("gspo")
+    assert usage.returncode == 2 and "usage: python -m dfpo.recipe METHOD MODEL" in usage.stderr
 
 
 @pytest.mark.parametrize(
@@ -176,7 +231,7 @@ def test_variables_and_extra_overrides_reach_the_config():
         DATA_DIR="~/elsewhere",
     )
     assert command.overrides[-2:] == ["trainer.total_training_steps=7", "actor_rollout_ref.actor.optim.lr=3e-7"]
-    cfg = compose_trainer_config(command.overrides, config_name="dfpo_trainer")
+    cfg = command.config
     assert cfg.trainer.total_training_steps == 7 and cfg.actor_rollout_ref.actor.optim.lr == 3e-7
     assert cfg.actor_rollout_ref.rollout.n == 4
     assert cfg.data.max_response_length == 16384
@@ -192,14 +247,15 @@ def test_variables_and_extra_overrides_reach_the_config():
 
 def test_the_printed_line_run_verbatim_is_what_dfpo_main_composes():
     """DRY_RUN's line, executed by bash as printed (plus Hydra's ``--cfg job``, which prints the
-    config instead of training), reaches the real entry point with every tricky path intact."""
+    config instead of training; ``--resolve`` with dfpo's resolvers), reaches the real entry point
+    with every tricky path intact."""
     model = "/models/my copy, v2=final/gpt-oss-120b-bf16"
     data = "/data/run [1]/dfpo"
     env = recipe_env(MODEL_PATH=model, DATA_DIR=data, PYTHON=sys.executable)
     line = run_recipe("run_grpo_fix_gpt_oss_120b.sh", env=env).stdout.strip()
     assert line.startswith(shlex.quote(sys.executable) + " -m dfpo.main ")
     result = subprocess.run(
-        ["bash", "-c", line + " --cfg job"],
+        ["bash", "-c", line + " --cfg job --resolve"],
         cwd=REPO_ROOT,
         env={**env, "HYDRA_FULL_ERROR": "1"},
         capture_output=True,
@@ -215,22 +271,23 @@ def test_the_printed_line_run_verbatim_is_what_dfpo_main_composes():
     assert cfg.trainer.experiment_name == "grpo_fix-gpt_oss_120b-g8-seed1"
 
 
-def test_dry_run_reports_missing_files_on_stderr_only():
+def test_dry_run_prints_the_command_only():
+    """DRY_RUN=1 prints one line and checks no file: the files are dfpo.main's to check (below)."""
     result = run_recipe(SCRIPT)
-    assert result.returncode == 0
+    assert result.returncode == 0 and result.stderr == ""
     assert len(parse_commands(result.stdout)) == 1
-    assert f"MODEL_PATH {DUMMY_MODEL_PATH} does not exist" in result.stderr
-    assert "math_train.parquet does not exist" in result.stderr
 
 
 # ---- the real (non-dry) path, with a stand-in interpreter -----------------------------------------
 
-FAKE_PYTHON = """#!/usr/bin/env bash
-# stands in for python3: `-c "import dfpo.main"` succeeds, `-m dfpo.main ...` records its arguments
-if [[ "$1" == -c ]]; then exit "${FAKE_IMPORT_STATUS:-0}"; fi
+FAKE_PYTHON = f"""#!/usr/bin/env bash
+# stands in for python3: the install check (-c) succeeds, the launcher (-m dfpo.recipe) is the real
+# one, and the driver (-m dfpo.main ...) records its arguments
+if [[ "$1" == -c ]]; then exit "${{FAKE_IMPORT_STATUS:-0}}"; fi
+if [[ "$1 $2" == "-m dfpo.recipe" ]]; then exec {sys.executable} "$@"; fi
 printf '%s\\n' "$@" > "$FAKE_ARGS"
 echo "step:1 - critic/score/mean:0.5"
-exit "${FAKE_EXIT_STATUS:-0}"
+exit "${{FAKE_EXIT_STATUS:-0}}"
 """
 
 
@@ -258,21 +315,30 @@ def run_setup(tmp_path):
     return tmp_path, env
 
 
-def _without_file_log(overrides):
-    return [o for o in overrides if "VERL_FILE_LOGGER_PATH" not in o]
-
-
-def test_a_real_launch_runs_the_printed_command_and_appends_the_console_log(run_setup):
+def test_a_real_launch_runs_the_printed_command(run_setup):
     tmp_path, env = run_setup
-    for _ in range(2):  # a resumed run appends to the same console log
-        result = run_recipe(SCRIPT, "trainer.save_freq=5", env=env)
-        assert result.returncode == 0, result.stderr
+    result = run_recipe(SCRIPT, "trainer.save_freq=5", env=env)
+    assert result.returncode == 0, result.stderr
     ran = (tmp_path / "args.txt").read_text().splitlines()
     assert ran[:2] == ["-m", "dfpo.main"]
     printed = dry_run(SCRIPT, "trainer.save_freq=5", **{k: v for k, v in env.items() if k != "PATH"})
-    assert _without_file_log(ran[2:]) == _without_file_log(printed[0].overrides)
-    log = tmp_path / "runs" / "logs" / "dfpo" / "dfpo_min_replace-qwen3_32b-g8-seed1.console.log"
-    assert log.read_text().count("step:1 - critic/score/mean:0.5") == 2
+    assert ran[2:] == printed[0].overrides
+
+
+def test_the_driver_appends_its_output_to_the_console_log(tmp_path):
+    """dfpo.main tees its own output, and its children's, to ``dfpo.console_log`` (a resumed run's
+    second launch appends): what the recipes' console log holds."""
+    log = tmp_path / "logs" / "run.console.log"
+    code = (
+        "import subprocess, sys; from dfpo.driver import tee_console; tee_console(sys.argv[1]); "
+        "print('driver line', flush=True); subprocess.run(['echo', 'child line']); print('to stderr', file=sys.stderr)"
+    )
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", code, str(log)], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert "driver line" in done.stdout  # still on the console too
+    text = log.read_text()
+    assert (text.count("driver line"), text.count("child line"), text.count("to stderr")) == (2, 2, 2)
 
 
 def test_a_failing_training_run_fails_the_recipe(run_setup):
@@ -304,19 +370,25 @@ def test_the_install_check_finds_the_project_without_importing_verl(flags, insta
 
 @pytest.mark.parametrize(
     ("missing", "message"),
-    [("model", "MODEL_PATH {model} does not exist"), ("data", "data file {data}/hmmt25.parquet does not exist")],
+    [
+        ("model", "actor_rollout_ref.model.path {model} does not exist (MODEL_PATH)"),
+        ("data", "data.val_files: {data}/hmmt25.parquet does not exist"),
+    ],
 )
-def test_a_real_launch_checks_its_files_first(run_setup, missing, message):
-    tmp_path, env = run_setup
+def test_a_launch_checks_its_files_before_ray(run_setup, missing, message):
+    """dfpo.main's preflight (every path) names a missing checkpoint or data file and what to do."""
+    from dfpo.preflight import check_input_files
+
+    _, env = run_setup
     model, data = Path(env["MODEL_PATH"]), Path(env["DATA_DIR"])
+    (command,) = dry_run(SCRIPT, MODEL_PATH=str(model), DATA_DIR=str(data))
+    check_input_files(command.config)  # everything there: passes
     if missing == "model":
         model.rmdir()
     else:
         (data / "hmmt25.parquet").unlink()
-    result = run_recipe(SCRIPT, env=env)
-    assert result.returncode != 0
-    assert message.format(model=model, data=data) in result.stderr
-    assert not (tmp_path / "args.txt").exists()
+    with pytest.raises(PreflightError, match=re.escape(message.format(model=model, data=data))):
+        check_input_files(command.config)
 
 
 def test_the_recipe_becomes_the_driver_so_sigterm_reaches_it_and_its_status_is_the_recipes(tmp_path):
@@ -358,5 +430,3 @@ def test_the_recipe_becomes_the_driver_so_sigterm_reaches_it_and_its_status_is_t
         recipe.kill()
     assert recipe.returncode == 75, "".join(lines) + rest
     assert "driver got TERM" in rest
-    (console,) = (tmp_path / "out" / "logs").rglob("*.console.log")
-    assert "driver up" in console.read_text() and "driver got TERM" in console.read_text()

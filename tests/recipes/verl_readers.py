@@ -9,7 +9,7 @@ entry, and a recipe that sets it fails the tests; nor has ``rollout.val_kwargs.d
 agent loop never reads (validation always samples with the ``val_kwargs`` temperature). ``when`` is the condition under which the reader
 runs at all (e.g. the KL keys only with ``use_kl_loss``).
 
-The CPU recipes (``recipes/run_*_cpu.sh``, settings in ``recipes/models/cpu_base.sh``) run the same
+The CPU recipes (``recipes/run_*_cpu.sh``, settings in ``dfpo/config/platform/cpu.yaml``) run the same
 path on dfpo's local CPU backend with one of two rollouts: verl's vLLM rollout on vLLM's CPU build
 (``rollout.name=vllm``) or dfpo's transformers server (``rollout.name=local``,
 ``dfpo/cpu/rollout.py`` and ``dfpo/cpu/server.py``). A key only one rollout reads has a reader
@@ -360,7 +360,7 @@ READERS: dict[str, Reader | tuple[Reader, ...]] = {
         _simple_storage,
         via=(("trainer/main_ppo.py", "tq.init(config.transfer_queue)"),),
     ),
-    # Ray's own resources (recipes/common.sh drops them when RAY_ADDRESS names a running cluster)
+    # Ray's own resources (dfpo.main's driver drops them when RAY_ADDRESS names a running cluster: dfpo/driver.py)
     "ray_kwargs.ray_init.num_cpus": Reader("ray/_private/worker.py", "num_cpus: Optional[int] = None,", via=(_RAY_INIT,)),
     "ray_kwargs.ray_init.num_gpus": Reader("ray/_private/worker.py", "num_gpus: Optional[int] = None,", via=(_RAY_INIT,)),
     "ray_kwargs.ray_init.object_store_memory": Reader(
@@ -387,6 +387,10 @@ READERS: dict[str, Reader | tuple[Reader, ...]] = {
     # vLLM's CPU platform sizes its KV cache from it, in the vLLM server actor's EngineCore process
     "ray_kwargs.ray_init.runtime_env.env_vars.VLLM_CPU_KVCACHE_SPACE": Reader(
         "vllm/platforms/cpu.py", "kv_cache_space = int(os.environ[env_key])", _vllm_on_cpu, via=(_RUNTIME_ENV,)
+    ),
+    # vLLM's CPU workers bind their OpenMP threads from it (auto: vLLM's own NUMA binding)
+    "ray_kwargs.ray_init.runtime_env.env_vars.VLLM_CPU_OMP_THREADS_BIND": Reader(
+        "vllm/utils/ompmultiprocessing.py", "vllm_mask = envs.VLLM_CPU_OMP_THREADS_BIND", _vllm_on_cpu, via=(_RUNTIME_ENV,)
     ),
 }
 
