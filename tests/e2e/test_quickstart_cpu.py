@@ -44,7 +44,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 from pathlib import Path
 
 import pytest
@@ -124,9 +123,10 @@ def quickstart(tmp_path_factory):
 
 
 def prompts_per_step() -> int:
-    """The quickstart recipe's TRAIN_BATCH_SIZE (groups per step)."""
-    recipe = (REPO_ROOT / "recipes" / "models" / "smollm2_135m_cpu.sh").read_text()
-    return int(re.search(r"TRAIN_BATCH_SIZE:=(\d+)", recipe).group(1))
+    """The quickstart model file's data.train_batch_size (groups per step)."""
+    from omegaconf import OmegaConf
+
+    return int(OmegaConf.load(REPO_ROOT / "dfpo" / "config" / "base_model" / "smollm2_135m_cpu.yaml").data.train_batch_size)
 
 
 def _train_log(root: Path, method: str) -> dict[int, dict]:
