@@ -1,13 +1,16 @@
 """A training run's identity: what its composed config is a function of, as one digest.
 
 ``python -m dfpo.main`` composes its config from three things only: the Hydra overrides of the
-launch, dfpo's config files (``dfpo/config/**.yaml``: the trainer defaults and the method files)
-and verl's own ``ppo_trainer`` config (fixed by verl's version). :func:`config_digest` hashes
+launch, dfpo's config files (``dfpo/config/**.yaml``: the trainer defaults, the method, model and
+platform files) and verl's own ``ppo_trainer`` config (fixed by verl's version), resolved on the
+launching machine. :func:`config_digest` hashes
 exactly those, less what only names the run (its experiment name, wherever it appears, and the
 launch's time stamp in the file log's name). Two launches with the same digest compose the same
 config; anything that changes a composed value — a knob, a method file, an extra override, the
 number of ranks, a dtype — changes it. Inputs a config does not show (a dataset's content, a
-model built in code) are passed as ``extra``.
+model built in code) are passed as ``extra``. What the launching machine resolves by itself (a CPU
+rank's threads, from its cores) is not in the digest; a dtype is, once the caller passes it as a
+knob (the quickstart does).
 
 The quickstart names its runs with it, so that a rerun reuses a checkpoint or an evaluation only
 when it would compute the same thing.
