@@ -25,7 +25,8 @@ Arithmetic of the config (every recipe):
 What only the machine that launches knows (the CPU platform, ``platform/cpu.yaml``):
 
     dfpo_cpu_dtype:actor,auto   ``auto``: bf16 where this CPU computes it natively, else fp32
-                                (:mod:`dfpo.cpu.cpu_precision`; said once per launch on stderr);
+                                (:mod:`dfpo.cpu.cpu_precision`; :func:`announce_cpu_dtypes` says
+                                the choice once per launch on stderr);
                                 ``rollout`` gives vLLM's spelling (float32/bfloat16)
     dfpo_cpu_logical_gpus:      the Ray GPUs a CPU run needs: the trainer's ranks on this node,
                                 plus separate_async's rollout ranks
@@ -91,10 +92,20 @@ _CPU_KNOBS = {"actor": "ACTOR_DTYPE", "rollout": "ROLLOUT_DTYPE"}
 def _cpu_choice(role: str, requested: str):
     from dfpo.cpu import cpu_precision
 
-    choice = cpu_precision.choose(_CPU_KNOBS[role], str(requested))
-    if choice.requested != "fp32" and choice.requested != "float32":
-        cpu_precision.announce(choice)
-    return choice
+    return cpu_precision.choose(_CPU_KNOBS[role], str(requested))
+
+
+def announce_cpu_dtypes(config) -> None:
+    """Say, once per launch, how a CPU config's requested dtypes were resolved (not from inside the
+    resolver: OmegaConf also evaluates an interpolation that a later file overwrites)."""
+    from dfpo.cpu import cpu_precision
+
+    requests = OmegaConf.select(config, "dfpo.cpu")
+    if str(OmegaConf.select(config, "trainer.device")) != "cpu" or requests is None:
+        return
+    for role, requested in (("actor", requests.get("actor_dtype")), ("rollout", requests.get("rollout_dtype"))):
+        if requested is not None and str(requested) not in ("fp32", "float32"):
+            cpu_precision.announce(_cpu_choice(role, str(requested)))
 
 
 def cpu_dtype(role: str, requested) -> str:

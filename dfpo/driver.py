@@ -39,9 +39,10 @@ class DriverSetupError(ValueError):
 
 
 def resolve(config) -> None:
-    """Resolve ``config`` in place, registering dfpo's resolvers first."""
+    """Resolve ``config`` in place, registering dfpo's resolvers first; say a CPU config's dtypes."""
     config_resolvers.register()
     OmegaConf.resolve(config)
+    config_resolvers.announce_cpu_dtypes(config)
 
 
 def check_platform(config, environ: dict[str, str] | None = None) -> None:
@@ -85,13 +86,17 @@ def prepare_example(config) -> None:
 
 
 def _ignore_interrupt() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # a scheduler's signal to the whole process group must not end the tee before the driver's
+    # last words (dfpo.preemption's exit 75); the tee ends when the driver's output closes
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.SIG_IGN)
 
 
 def tee_console(path: str | None) -> None:
     """Append everything this process (and what it runs) writes to stdout and stderr to ``path``
-    too, through one ``tee -a`` per stream (stdout stays stdout, stderr stderr). The tees ignore
-    Ctrl-C, so the driver's last words reach the file."""
+    too, through one ``tee -a`` per stream (stdout stays stdout, stderr stderr; in the file the two
+    streams' lines keep their own order, not their order against each other). The tees ignore
+    Ctrl-C, SIGTERM and SIGHUP, so the driver's last words reach the file."""
     if not path:
         return
     Path(path).parent.mkdir(parents=True, exist_ok=True)

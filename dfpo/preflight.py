@@ -19,7 +19,7 @@ to do:
   every row to the longest.
 * **The files the run reads.** ``actor_rollout_ref.model.path`` and every file of
   ``data.train_files`` and ``data.val_files`` must exist (paths with a scheme, ``hdfs://`` and the
-  like, are verl's to fetch), named with the knob that sets them and how to make them.
+  like, and a hub id such as ``Qwen/Qwen3-32B`` as the model, are verl's to fetch), named with the knob that sets them and how to make them.
 * **Trainer mode.** ``dfpo_separate_async`` needs its rollout's own GPUs
   (``actor_rollout_ref.rollout.n_gpus_per_node``, the recipes' ``ROLLOUT_GPUS_PER_NODE``) and a checkpoint engine that reaches the rollout's own
   devices (``nccl``, or ``local`` on CPU); ``naive`` cannot.
@@ -94,11 +94,18 @@ def _file_list(value) -> list[str]:
     return [str(value)] if isinstance(value, str) else [str(item) for item in value]
 
 
+def _hub_id(path: str) -> bool:
+    """``org/name`` that is no local path: a Hugging Face hub id, which verl downloads (on every
+    worker; the recipes' docs ask for a local directory, the README's direct example uses one)."""
+    return bool(re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", path)) and not os.path.exists(path)
+
+
 def check_input_files(config) -> None:
-    """The checkpoint and the data files exist (local paths; ``scheme://`` paths are verl's)."""
+    """The checkpoint and the data files exist (local paths; ``scheme://`` paths and a hub id as the
+    model are verl's to fetch)."""
     problems = []
     model = str(config.actor_rollout_ref.model.path)
-    if "://" not in model and not os.path.exists(os.path.expanduser(model)):
+    if "://" not in model and not _hub_id(model) and not os.path.exists(os.path.expanduser(model)):
         problems.append(f"actor_rollout_ref.model.path {model} does not exist (MODEL_PATH): download the checkpoint first (docs/recipes.md)")
     for key in ("train_files", "val_files"):
         for path in _file_list(config.data.get(key)):

@@ -67,6 +67,23 @@ def model_platform(model: str) -> str:
     return "cpu" if "/platform/cpu" in _model_file(model).get("defaults", []) else "gpu"
 
 
+def _flat_keys(node, prefix: str = "") -> set[str]:
+    keys = set()
+    for key, value in node.items():
+        if isinstance(value, dict) and value:
+            keys |= _flat_keys(value, f"{prefix}{key}.")
+        else:
+            keys.add(f"{prefix}{key}")
+    return keys
+
+
+def model_keys(model: str) -> frozenset[str]:
+    """The keys the model file itself sets."""
+    content = _model_file(model)
+    content.pop("defaults", None)
+    return frozenset(_flat_keys(content))
+
+
 def model_sets_path(model: str) -> bool:
     """Whether the model file names its own checkpoint (the CPU examples build theirs)."""
     return bool(_model_file(model).get("actor_rollout_ref", {}).get("model", {}).get("path"))
@@ -105,15 +122,23 @@ def _choosing_overrides(environ: dict[str, str]) -> list[str]:
     return overrides
 
 
-def recipe_overrides(method: str, model: str, environ: dict[str, str], via: str | None = None) -> list[str]:
+def _say(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
+def recipe_overrides(method: str, model: str, environ: dict[str, str], via: str | None = None, say=_say) -> list[str]:
     """The ``python -m dfpo.main`` overrides of recipe ``method`` x ``model`` under ``environ``."""
     _check_choice("method", method, "method")
     _check_choice("base_model", model, "model")
     if not environ.get("MODEL_PATH") and not model_sets_path(model):
         example = f"bash {via}" if via else f"python -m dfpo.recipe {method} {model}"
         raise RecipeError(f"MODEL_PATH is not set. Export it to the model's local Hugging Face checkpoint directory, e.g. MODEL_PATH=/path/to/checkpoint {example}")
+    platform = model_platform(model)
+    rollout = environ.get("ROLLOUT_NAME")
+    if platform == "cpu" and rollout and rollout not in ("vllm", "local"):
+        raise RecipeError(f"ROLLOUT_NAME on CPU must be vllm or local, got '{rollout}'")
     try:
-        overrides = [f"method={method}", f"base_model={model}", *knob_overrides(environ, model_platform(model)), *_choosing_overrides(environ)]
+        overrides = [f"method={method}", f"base_model={model}", *knob_overrides(environ, platform, model_keys(model), say), *_choosing_overrides(environ)]
     except KnobError as error:
         raise RecipeError(str(error)) from None
     return overrides

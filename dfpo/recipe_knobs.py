@@ -32,9 +32,10 @@ class KnobError(ValueError):
 class Knob:
     name: str  # the environment variable
     key: str  # the config key it sets ('+' prefix: a key the composed config does not declare)
-    kind: str  # int | count (>= 0) | bool | float | text | path | paths | raw | choice
+    kind: str  # int (> 0) | signed (any integer) | bool | float | text | path | paths | raw | choice
     choices: tuple[str, ...] = ()
     platform: str | None = None  # "cpu": only a CPU model's config has the key
+    model_key: bool = False  # only for a model whose file sets the key (GPT-OSS's chat template)
 
     @property
     def config_key(self) -> str:
@@ -79,7 +80,7 @@ KNOBS: tuple[Knob, ...] = (
     Knob("FSDP_SIZE", "actor_rollout_ref.actor.fsdp_config.fsdp_size", "raw"),
     # optimizer and PPO loop
     Knob("LR", "actor_rollout_ref.actor.optim.lr", "float"),
-    Knob("LR_WARMUP_STEPS", "actor_rollout_ref.actor.optim.lr_warmup_steps", "count"),
+    Knob("LR_WARMUP_STEPS", "actor_rollout_ref.actor.optim.lr_warmup_steps", "signed"),  # -1: verl's lr_warmup_steps_ratio
     Knob("WEIGHT_DECAY", "actor_rollout_ref.actor.optim.weight_decay", "float"),
     Knob("GRAD_CLIP", "actor_rollout_ref.actor.optim.clip_grad", "float"),
     Knob("ACTOR_SHUFFLE", "actor_rollout_ref.actor.shuffle", "bool"),
@@ -96,8 +97,8 @@ KNOBS: tuple[Knob, ...] = (
     Knob("VAL_TEMPERATURE", "actor_rollout_ref.rollout.val_kwargs.temperature", "float"),
     Knob("VAL_TOP_P", "actor_rollout_ref.rollout.val_kwargs.top_p", "float"),
     Knob("VAL_TOP_K", "actor_rollout_ref.rollout.val_kwargs.top_k", "raw"),
-    Knob("GPT_OSS_REASONING_EFFORT", "data.apply_chat_template_kwargs.reasoning_effort", "choice", ("low", "medium", "high")),
-    Knob("GPT_OSS_ATTN_IMPLEMENTATION", "actor_rollout_ref.model.override_config.attn_implementation", "text"),
+    Knob("GPT_OSS_REASONING_EFFORT", "data.apply_chat_template_kwargs.reasoning_effort", "choice", ("low", "medium", "high"), model_key=True),
+    Knob("GPT_OSS_ATTN_IMPLEMENTATION", "actor_rollout_ref.model.override_config.attn_implementation", "text", model_key=True),
     # reward
     Knob("REWARD_SCORE_MODE", "reward.custom_reward_function.reward_kwargs.score_mode", "text"),
     Knob("CODE_BACKEND", "reward.custom_reward_function.reward_kwargs.code_backend", "text"),
@@ -135,7 +136,11 @@ LAUNCH_VARIABLES = ("DRY_RUN", "PYTHON", "RAY_DEDUP_LOGS", "ALLOW_LOCAL_CHECKPOI
 
 # besides the knobs, what a job submitted to a running cluster needs from the submitting shell:
 # the Hugging Face cache and dfpo.main's node-watch and preemption settings
-JOB_ENVIRONMENT = ("HF_HOME", "HF_HUB_OFFLINE", "DFPO_NODE_WATCH_S", "DFPO_PREEMPT_GRACE_S")
+JOB_ENVIRONMENT = (
+    "HF_HOME", "HF_HUB_OFFLINE", "DFPO_NODE_WATCH_S", "DFPO_PREEMPT_GRACE_S",
+    "GPU_MEMORY_GB",  # the memory plan's GPU size (dfpo/preflight.py)
+    "REWARD_SANDBOX_ISOLATION", "REWARD_SANDBOX_UID_BASE",  # the code reward's sandbox (reward/sandbox)
+)
 
 BY_NAME = {knob.name: knob for knob in KNOBS}
 
@@ -179,9 +184,9 @@ def hydra_value(knob: Knob, value: str, environ: dict[str, str]) -> str:
         if not _POSITIVE_INT.fullmatch(value):
             raise KnobError(f"{name} must be a positive integer, got '{value}'")
         return value
-    if knob.kind == "count":
-        if not value.isdigit():
-            raise KnobError(f"{name} must be a whole number (0 or more), got '{value}'")
+    if knob.kind == "signed":
+        if not re.fullmatch(r"-?[0-9]+", value):
+            raise KnobError(f"{name} must be an integer, got '{value}'")
         return value
     if knob.kind == "bool":
         return "true" if is_true(name, value) else "false"
@@ -211,16 +216,20 @@ def hydra_value(knob: Knob, value: str, environ: dict[str, str]) -> str:
     raise AssertionError(f"unknown knob kind {knob.kind!r}")
 
 
-def knob_overrides(environ: dict[str, str], platform: str) -> list[str]:
-    """One Hydra override per knob set (non-empty) in ``environ``, in the table's order. A CPU knob
-    with a GPU model is refused: nothing it would set exists there."""
+def knob_overrides(environ: dict[str, str], platform: str, model_keys: frozenset[str] = frozenset(), say=None) -> list[str]:
+    """One Hydra override per knob set (non-empty) in ``environ``, in the table's order. A knob whose
+    key the model's config does not have (a CPU knob with a GPU model; a GPT-OSS knob with another
+    model, whose file, ``model_keys``, does not set it) is left out, and ``say`` is told so."""
     overrides = []
     for knob in KNOBS:
         value = environ.get(knob.name)
         if value is None or value == "":
             continue
-        if knob.platform is not None and knob.platform != platform:
-            raise KnobError(f"{knob.name} is a setting of the CPU recipes (dfpo/config/platform/cpu.yaml); this recipe's model runs on GPUs: unset {knob.name}")
+        if (knob.platform is not None and knob.platform != platform) or (knob.model_key and knob.config_key not in model_keys):
+            if say is not None:
+                where = "the CPU recipes" if knob.platform else "the models whose file sets " + knob.config_key
+                say(f"dfpo recipe: {knob.name}={value} not passed: it is a setting of {where}, not of this recipe's model")
+            continue
         overrides.append(f"{knob.key}={hydra_value(knob, value, environ)}")
     return overrides
 

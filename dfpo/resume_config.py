@@ -36,8 +36,9 @@ RUN_MANAGEMENT_KEYS = (
     "trainer.validation_data_dir",
     "trainer.rollout_data_dir",
     "ray_kwargs.",
-    "dfpo.dry_run",
-    "dfpo.allow_config_change",
+    # dfpo's own keys (its record of the method and model, paths, the console log, the CPU
+    # platform's requests): what they change in the run shows in verl's keys, which are compared
+    "dfpo.",
 )
 
 

@@ -221,3 +221,10 @@ def test_the_quickstart_passes_the_resolved_dtypes_to_the_recipe(tmp_path, monke
     assert env["EXPERIMENT_NAME"] == quickstart.experiment_name(
         quickstart.METHODS[0], tmp_path, 1, 1, (), {"ACTOR_DTYPE": "fp32", "ROLLOUT_DTYPE": "float32", "GPUS_PER_NODE": "1"}
     )
+
+
+def test_an_explicit_fp32_is_not_announced_as_auto(capfd):
+    """The SmolLM2 file asks for auto; ACTOR_DTYPE=fp32 wins, and only what runs is said."""
+    cfg = _resolved({"ACTOR_DTYPE": "fp32"})
+    assert cfg.actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype == "fp32"
+    assert "ACTOR_DTYPE=auto" not in capfd.readouterr().err

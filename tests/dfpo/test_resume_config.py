@@ -51,6 +51,13 @@ def test_the_same_config_resumes_and_the_record_round_trips(tmp_path):
     assert said == []
 
 
+def test_dfpos_own_keys_may_change_their_effects_are_compared(tmp_path):
+    """Another log folder (LOG_DIR: dfpo.log_dir, the console log) resumes; dfpo's record of the
+    method is not compared itself, the method's verl keys are (the next test)."""
+    config = _saved_run(tmp_path)
+    check_resume_config(recipe_config(tmp_path, "dfpo.log_dir=/elsewhere/logs", "dfpo.console_log=/elsewhere/run.log"), resume_folder(config), say=print)
+
+
 @pytest.mark.parametrize(
     ("change", "key", "values"),
     [

@@ -90,14 +90,15 @@ def test_ray_job_submit_forwards_every_knob_the_recipes_read(tmp_path):
     knob that dfpo/recipe.py reads itself) and those the driver reads, exported here, reach the job."""
     from dfpo.node_watch import PERIOD_ENV
     from dfpo.preemption import GRACE_ENV
-    from dfpo.recipe_knobs import names
+    from dfpo.recipe_knobs import JOB_ENVIRONMENT, names
 
     recipe_source = (REPO_ROOT / "dfpo" / "recipe.py").read_text() + (REPO_ROOT / "recipes" / "common.sh").read_text()
     read_by_launcher = set(re.findall(r'environ(?:\.get\(|\[)"([A-Z][A-Z0-9_]*)"', recipe_source)) | set(re.findall(r"\$\{([A-Z][A-Z0-9_]*)", recipe_source))
     assert read_by_launcher - {"HOME", "BASH_SOURCE"} <= set(names()), sorted(read_by_launcher - set(names()))
     _stand_in(tmp_path, "ray", 'printf "%s\\n" "$@" > "$FAKE_RAY_ARGS"\n')
     _token(tmp_path)
-    exported = {name: f"value-of-{name}" for name in [*names(), PERIOD_ENV, GRACE_ENV]}
+    exported = {name: f"value-of-{name}" for name in [*names(), *JOB_ENVIRONMENT, PERIOD_ENV, GRACE_ENV]}
+    assert {"GPU_MEMORY_GB", "REWARD_SANDBOX_ISOLATION", "REWARD_SANDBOX_UID_BASE"} <= set(exported)
     env = {**exported, "PATH": f"{tmp_path}:/usr/bin:/bin", "HOME": str(tmp_path), "RAY_ADDRESS": "http://head:8265", "FAKE_RAY_ARGS": str(tmp_path / "args")}
     env.pop("PYTHON")
     result = subprocess.run(["bash", str(LAUNCH / "ray_job_submit.sh"), f"recipes/{SCRIPT}"], cwd=REPO_ROOT, env=env, capture_output=True, text=True)

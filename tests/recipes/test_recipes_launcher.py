@@ -430,3 +430,38 @@ def test_the_recipe_becomes_the_driver_so_sigterm_reaches_it_and_its_status_is_t
         recipe.kill()
     assert recipe.returncode == 75, "".join(lines) + rest
     assert "driver got TERM" in rest
+
+
+def test_a_hub_id_as_the_model_is_verls_to_fetch_a_missing_local_path_is_not(run_setup):
+    """The README's direct example names the model by its hub id: preflight leaves it to verl."""
+    from dfpo.preflight import check_input_files
+
+    _, env = run_setup
+    (hub,) = dry_run(SCRIPT, MODEL_PATH="Qwen/Qwen3-32B", DATA_DIR=env["DATA_DIR"])
+    check_input_files(hub.config)
+    (local,) = dry_run(SCRIPT, MODEL_PATH="/nonexistent/Qwen/Qwen3-32B", DATA_DIR=env["DATA_DIR"])
+    with pytest.raises(PreflightError, match="MODEL_PATH"):
+        check_input_files(local.config)
+
+
+def test_a_knob_of_another_model_is_not_passed_and_said(capsys):
+    from dfpo.recipe import recipe_overrides
+
+    said: list[str] = []
+    qwen = recipe_overrides("gspo", "qwen3_32b", recipe_env(GPT_OSS_REASONING_EFFORT="low", ACTOR_DTYPE="bf16"), say=said.append)
+    assert not any("reasoning_effort" in o or "actor_dtype" in o for o in qwen)
+    assert len(said) == 2 and "GPT_OSS_REASONING_EFFORT=low not passed" in said[0] and "ACTOR_DTYPE=bf16 not passed" in said[1]
+    gpt_oss = recipe_overrides("gspo", "gpt_oss_120b", recipe_env(GPT_OSS_REASONING_EFFORT="low"), say=said.append)
+    assert "data.apply_chat_template_kwargs.reasoning_effort=low" in gpt_oss
+
+
+def test_a_cpu_rollout_other_than_vllm_or_local_is_refused():
+    result = run_recipe("run_gspo_tiny_cpu.sh", env=recipe_env(ROLLOUT_NAME="sglang"))
+    assert result.returncode != 0 and "ROLLOUT_NAME on CPU must be vllm or local, got 'sglang'" in result.stderr
+
+
+def test_lr_warmup_steps_takes_verls_minus_one():
+    """-1 is verl's own default: the warm-up then follows optim.lr_warmup_steps_ratio."""
+    (command,) = dry_run(SCRIPT, LR_WARMUP_STEPS="-1")
+    assert command.config.actor_rollout_ref.actor.optim.lr_warmup_steps == -1
+    assert run_recipe(SCRIPT, env=recipe_env(LR_WARMUP_STEPS="ten")).returncode != 0
