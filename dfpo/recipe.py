@@ -33,9 +33,11 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from functools import lru_cache
 from pathlib import Path
 
 from dfpo.recipe_knobs import BY_NAME, KnobError, is_true, knob_overrides
+from dfpo.resume_config import flatten
 
 CONFIG_DIR = Path(__file__).resolve().parent / "config"
 TRAINER_MODES = ("sync", "colocate_async", "separate_async")
@@ -57,9 +59,15 @@ def _check_choice(group: str, name: str, what: str) -> None:
 
 
 def _model_file(model: str) -> dict:
+    """The model file's content, read once per launch (callers do not modify it)."""
+    return _load_yaml(CONFIG_DIR / "base_model" / f"{model}.yaml")
+
+
+@lru_cache(maxsize=None)
+def _load_yaml(path: Path) -> dict:
     from omegaconf import OmegaConf
 
-    return OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "base_model" / f"{model}.yaml"))
+    return OmegaConf.to_container(OmegaConf.load(path))
 
 
 def model_platform(model: str) -> str:
@@ -67,21 +75,9 @@ def model_platform(model: str) -> str:
     return "cpu" if "/platform/cpu" in _model_file(model).get("defaults", []) else "gpu"
 
 
-def _flat_keys(node, prefix: str = "") -> set[str]:
-    keys = set()
-    for key, value in node.items():
-        if isinstance(value, dict) and value:
-            keys |= _flat_keys(value, f"{prefix}{key}.")
-        else:
-            keys.add(f"{prefix}{key}")
-    return keys
-
-
 def model_keys(model: str) -> frozenset[str]:
     """The keys the model file itself sets."""
-    content = _model_file(model)
-    content.pop("defaults", None)
-    return frozenset(_flat_keys(content))
+    return frozenset(flatten({k: v for k, v in _model_file(model).items() if k != "defaults"}))
 
 
 def model_sets_path(model: str) -> bool:

@@ -46,11 +46,12 @@ class ResumeConfigChanged(ValueError):
     """The relaunch's config differs from the recorded one of the run it would resume."""
 
 
-def _flat(container, prefix: str = "") -> dict[str, object]:
+def flatten(container, prefix: str = "") -> dict[str, object]:
+    """``{"a.b": value}`` for every leaf of a nested dict (an empty dict below the root is a leaf)."""
     out: dict[str, object] = {}
     if isinstance(container, dict):
         for key, value in container.items():
-            out.update(_flat(value, f"{prefix}{key}."))
+            out.update(flatten(value, f"{prefix}{key}."))
         if not container and prefix:
             out[prefix[:-1]] = {}
     else:
@@ -59,7 +60,7 @@ def _flat(container, prefix: str = "") -> dict[str, object]:
 
 
 def _compared(config) -> dict[str, object]:
-    flat = _flat(OmegaConf.to_container(config, resolve=True))
+    flat = flatten(OmegaConf.to_container(config, resolve=True))
     return {
         key: value
         for key, value in flat.items()
