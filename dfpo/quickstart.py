@@ -14,8 +14,8 @@ Stages, each through the same command a user runs for the real thing:
    validation steps, the learning-tax residual before and after DFPO's transform). The held-out
    evaluation is verl's own validation in the same run: k samples per held-out problem (sums no
    run trains on) at temperature 0.6 from verl's vLLM engine, scored by ``reward/score.py``
-   through verl's reward manager, before the first step (the start), halfway and after the last
-   step; verl writes every sample (``trainer.validation_data_dir``);
+   through verl's reward manager, before the first step (the start) and after the last step;
+   verl writes every sample (``trainer.validation_data_dir``);
 4. the start's and each result's validation samples as evaluation runs
    (:mod:`dfpo.evaluation.from_validation`: the very samples, matched to their problems);
 5. report — ``python -m dfpo.evaluation.report``: the Table 1-style table (avg@k with bootstrap
@@ -30,6 +30,8 @@ Stages, each through the same command a user runs for the real thing:
                    "cpu": {"capability": "AVX2", "fp32_ms": ..., "bf16_ms": ..., "native_bf16": false, ...}},
      "seconds": {"total": ..., "prepare": ..., "train_dfpo_min_replace": ..., "train_gspo": ...,
                  "evaluate": ..., "report": ...},
+     "training_seconds": {"dfpo_min_replace": {"run": ..., "steps": ..., "validations": ...,
+                                               "start_up_and_shutdown": ..., "per_step": [...]}, "gspo": {...}},
      "held_out": {"benchmark": "digit_sums_test", "n_problems": n, "k": k,
                   "start": {"avg@k": x, "ci95": [lo, hi]}, "dfpo_min_replace": {...}, "gspo": {...},
                   "dfpo_gain": x_dfpo - x_start,
@@ -40,7 +42,10 @@ With ``--methods`` only the chosen methods are trained, timed and reported (``df
 Every accuracy in it is the report's (``report/report.json``), which computes avg@k and its
 bootstrap CI from ``evals/*/samples.jsonl``. The start is DFPO's validation before its first step
 (GSPO's run, which starts from the same model, skips that validation); with ``--methods gspo``
-alone, GSPO's. ``seconds`` are this invocation's: a rerun skips the
+alone, GSPO's. ``training_seconds`` splits each training run's time (``seconds``' ``train_<method>``) by verl's
+own timers in its file log: the steps (``timing_s/step``), the validations (``timing_s/testing``)
+and the rest, which is the trainer's start-up (Ray, the workers, vLLM) and shutdown. ``seconds``
+are this invocation's: a rerun skips the
 stages whose outputs exist (a stage's time is then that of the check). ``precision`` says what the
 run computed in and why: every dtype is ``auto`` unless set (``--actor-dtype``/``ACTOR_DTYPE``,
 ``--rollout-dtype``/``ROLLOUT_DTYPE``), and ``auto`` is bf16 only where this
@@ -165,7 +170,7 @@ def recipe_env(root: Path, steps: int, seed: int, knobs: dict[str, str], experim
         "SEED": str(seed),
         "EXPERIMENT_NAME": experiment,
         "SAVE_FREQ": str(steps),
-        "TEST_FREQ": str(max(1, steps // 2)),  # held-out avg@k before (first run), halfway, at the end
+        "TEST_FREQ": str(steps),  # held-out avg@k before the first step (first run) and after the last
         "PYTHON": sys.executable,
     }
 
@@ -251,6 +256,7 @@ class TrainedRun:
     experiment: str
     file_log: Path | None  # verl's file logger's JSONL
     validation_dir: Path  # verl's validation dumps: <step>.jsonl
+    reused: bool = False  # trained by an earlier invocation in this output root
 
 
 def validation_knobs(k: int, validate_start: bool) -> dict[str, str]:
@@ -277,7 +283,8 @@ def train(
     checkpoints = root / "checkpoints" / "dfpo" / experiment
     latest = checkpoints / "latest_checkpointed_iteration.txt"
     log_dir = root / "logs" / "dfpo"
-    if latest.exists() and latest.read_text().strip() == str(steps):
+    reused = latest.exists() and latest.read_text().strip() == str(steps)
+    if reused:
         say(f"{method.label}: {steps} steps already trained with this composed config, reused ({checkpoints})")
     else:
         env = recipe_env(root, steps, seed, knobs, experiment)
@@ -288,7 +295,7 @@ def train(
         if not set(range(1, steps + 1)) <= progress.seen:
             raise StageFailed(f"{method.label}: the run exited 0 but logged steps {sorted(progress.seen)}, not 1..{steps}")
     found = sorted(log_dir.glob(f"{experiment}.*.jsonl"))
-    return TrainedRun(experiment, found[-1] if found else None, validation_dir)
+    return TrainedRun(experiment, found[-1] if found else None, validation_dir, reused)
 
 
 def evaluation_from_validation(
@@ -344,6 +351,42 @@ def held_out_summary(report_json: Path, labels: dict[str, str]) -> dict:
         summary["dfpo_gain"] = dfpo["avg@k"] - start["avg@k"]
         summary["target_met"] = bool(dfpo["avg@k"] >= start["avg@k"] + TARGET_GAIN and dfpo["ci95"][0] > start["avg@k"])
     return summary
+
+
+def training_seconds(file_log: Path | None, run_seconds: float, reused: bool = False) -> dict:
+    """Where a training run's time went, from verl's timers in its file log (module docstring). A
+    run an earlier invocation trained took ``run_seconds`` to check here: its start-up is unknown."""
+    per_step, validations = [], 0.0
+    if file_log is not None:
+        for line in file_log.read_text().splitlines():
+            data = json.loads(line)["data"]
+            if "timing_s/step" in data:
+                per_step.append(round(float(data["timing_s/step"]), 1))
+            validations += float(data.get("timing_s/testing", 0.0))
+    steps = sum(per_step)
+    return {
+        "run": round(run_seconds, 1),
+        "steps": round(steps, 1),
+        "validations": round(validations, 1),
+        "start_up_and_shutdown": None if reused else round(run_seconds - steps - validations, 1),
+        "per_step": per_step,
+    }
+
+
+def time_table(seconds: dict, training: dict[str, dict], labels: dict[str, str]) -> str:
+    """The stages' seconds as a Markdown table, each training run split as :func:`training_seconds`."""
+    rows = ["| stage | seconds |", "|---|---|", f"| model and data | {seconds['prepare']:.0f} |"]
+    for key, split in training.items():
+        steps = split["per_step"]
+        mean = f", {split['steps'] / len(steps):.1f} each" if steps else ""
+        start_up = split["start_up_and_shutdown"]
+        rows += [
+            f"| {labels[key]}: start-up and shutdown (Ray, workers, vLLM) | {'trained before (reused)' if start_up is None else f'{start_up:.0f}'} |",
+            f"| {labels[key]}: validations | {split['validations']:.0f} |",
+            f"| {labels[key]}: {len(steps)} steps{mean} | {split['steps']:.0f} |",
+        ]
+    rows += [f"| evaluation runs and report | {seconds['evaluate'] + seconds['report']:.0f} |", f"| total | {seconds['total']:.0f} |"]
+    return "\n".join(rows)
 
 
 class Stopwatch:
@@ -410,6 +453,7 @@ def run(
     )
     held_out = held_out_summary(report_dir / "report.json", {"start": START, **{m.recipe_method: m.label for m in methods}})
     clock.stage("report", since)
+    training = {m.recipe_method: training_seconds(runs[m.label].file_log, clock.seconds[f"train_{m.recipe_method}"], runs[m.label].reused) for m in methods}
     result = {
         "model": MODEL_NAME,
         "pretrained": True,
@@ -418,6 +462,7 @@ def run(
         "ranks": ranks,
         "precision": precision.record(),
         "seconds": {"total": clock.total(), **clock.seconds},
+        "training_seconds": training,
         "held_out": held_out,
     }
     (report_dir / "quickstart.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -428,6 +473,9 @@ def run(
         cell = held_out[method.recipe_method]
         parts.append(f"{method.label} {100 * cell['avg@k']:.1f}% (95% CI {100 * cell['ci95'][0]:.1f}-{100 * cell['ci95'][1]:.1f})")
     say(f"held-out avg@{k}: " + ", ".join(parts))
+    print()
+    print(time_table(result["seconds"], training, {m.recipe_method: m.label for m in methods}))
+    print()
     figures = sorted(report_dir.glob("*.png"))
     say("figures: " + ", ".join(str(p) for p in figures))
     say(f"wrote {report_dir / 'quickstart.json'}")

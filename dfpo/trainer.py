@@ -20,6 +20,11 @@ changes, all through subclassing:
   (Decoupled PPO), while the parameters have moved; bypass mode (old = rollout log-probs) never.
   The worker asserts the flag against the batch (:func:`dfpo.workers.check_old_log_probs_at_step_params`).
 
+And one setting: verl's replay buffer waits for the rollout's samples (of training and of
+validation) in sleeps of its ``poll_interval`` (2 s, no config key in verl 0.9.1), so a
+generation that takes 2.1 s costs 4; ``dfpo.sampler_poll_interval_s`` sets it (null: verl's 2 s;
+the CPU platform's steps generate in 2-3 s and poll every 0.2 s).
+
 Every step also logs ``dfpo/staleness/...`` (:mod:`dfpo.staleness`), and ends the run early,
 checkpointed, when the driver got SIGTERM (:mod:`dfpo.preemption`).
 """
@@ -46,6 +51,17 @@ def bypass_mode(config) -> bool:
     return bool(rollout_corr and rollout_corr.get("bypass_mode", False))
 
 
+def sampler_poll_interval(config) -> float | None:
+    """``dfpo.sampler_poll_interval_s``: seconds between the replay buffer's checks for finished
+    samples (None: verl's own 2 s)."""
+    interval = config.get("dfpo", {}).get("sampler_poll_interval_s")
+    if interval is None:
+        return None
+    if not float(interval) > 0:
+        raise ValueError(f"dfpo.sampler_poll_interval_s must be a positive number of seconds or null (verl's 2 s), got {interval!r}")
+    return float(interval)
+
+
 class _DFPOTrainer:
     """What every DFPO trainer adds to the verl trainer it derives from (see the module doc)."""
 
@@ -68,6 +84,13 @@ class _DFPOTrainer:
         for role in (Role.Actor, Role.ActorRollout, Role.ActorRolloutRef):
             if role in self.role_worker_mapping:
                 self.role_worker_mapping[role] = ray.remote(self.dfpo_actor_worker_cls)
+
+    def _build_replay_buffer(self):
+        buffer = super()._build_replay_buffer()
+        interval = sampler_poll_interval(self.config)
+        if interval is not None:
+            buffer.poll_interval = interval
+        return buffer
 
     def old_log_probs_at_step_params(self) -> bool:
         """Whether ``_compute_old_log_prob`` writes log π at the parameters the update starts from."""

@@ -4,6 +4,8 @@ receives checked against what verl's own ``_compute_old_log_prob`` does in that 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -159,3 +161,30 @@ def test_the_flag_says_whether_verls_old_log_probs_are_at_the_update_parameters(
         assert observed == [True, False, True, False]  # local update 1 trains on π_old of update 0
     else:
         assert all(observed)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("interval", [None, 0.2])
+def test_the_replay_buffer_polls_at_the_configured_interval(monkeypatch, mode, interval):
+    """``dfpo.sampler_poll_interval_s`` reaches the replay buffer verl builds in every mode, and the
+    buffer's wait sleeps that long (verl's own ``_wait_for_next_poll``); null keeps verl's 2 s."""
+    from verl.trainer.ppo.v1 import replay_buffer
+
+    trainer = _trainer(mode, [f"dfpo.sampler_poll_interval_s={'null' if interval is None else interval}"])
+    slept = []
+    monkeypatch.setattr(replay_buffer.time, "sleep", slept.append)
+    trainer.replay_buffer._wait_for_next_poll("train", last_debug_time=replay_buffer.time.time())
+    assert slept == [2.0 if interval is None else interval]
+
+
+def test_a_poll_interval_that_is_not_positive_is_refused():
+    with pytest.raises(ValueError, match="dfpo.sampler_poll_interval_s"):
+        _trainer("dfpo_sync", ["dfpo.sampler_poll_interval_s=0"])
+
+
+def test_the_cpu_platform_polls_faster_than_verls_default():
+    from omegaconf import OmegaConf
+
+    from dfpo.hydra_config import DFPO_CONFIG_DIR
+
+    assert 0 < OmegaConf.load(Path(DFPO_CONFIG_DIR) / "platform" / "cpu.yaml").dfpo.sampler_poll_interval_s < 2.0

@@ -35,7 +35,7 @@ runs the command as written on any processor (1-2 hours where bf16 is not native
 every test.
 
 ``DFPO_LEARNING_TEST_NEGATE=1`` trains both methods on the negated signal instead
-(``negated_reward.py`` through the quickstart's ``--override``: every advantage negated exactly);
+(``reward/negated_score.py`` through the quickstart's ``--override``: every advantage negated exactly);
 the learning test must then fail, which is how it was shown that it can.
 """
 
@@ -113,7 +113,7 @@ def quickstart(tmp_path_factory):
     if not as_written():
         args += ["--methods", "dfpo_min_replace", "--steps", str(run_steps())]
     if os.environ.get("DFPO_LEARNING_TEST_NEGATE", "0") == "1":
-        args += ["--override", f"reward.custom_reward_function.path='{REPO_ROOT / 'tests' / 'e2e' / 'negated_reward.py'}'"]
+        args += ["--override", f"reward.custom_reward_function.path='{REPO_ROOT / 'reward' / 'negated_score.py'}'"]
     with pytest.MonkeyPatch.context() as patch:  # every dtype at its default (auto), whatever this shell set
         for knob in ("ACTOR_DTYPE", "ROLLOUT_DTYPE"):
             patch.delenv(knob, raising=False)
@@ -163,6 +163,12 @@ def test_quickstart_json_is_computed_from_the_samples(quickstart):
     result = json.loads((report / "quickstart.json").read_text())
     assert result["model"] == "SmolLM2-135M-Instruct" and result["pretrained"] is True and result["steps"] == run_steps()
     assert set(result["seconds"]) == {"total", "prepare", *(f"train_{m}" for m in trained_methods()), "evaluate", "report"}
+    for method in trained_methods():  # where each run's time went, by verl's timers (its steps and validations)
+        split, steps = result["training_seconds"][method], _train_log(root, method)
+        assert split["per_step"] == [round(steps[s]["timing_s/step"], 1) for s in range(1, run_steps() + 1)], method
+        assert split["run"] == result["seconds"][f"train_{method}"] and split["start_up_and_shutdown"] > 0, (method, split)
+        validated = [s for s in steps if VAL_KEY in steps[s]]
+        assert validated == ([0, run_steps()] if method == "dfpo_min_replace" else [run_steps()]), (method, validated)
     held_out = result["held_out"]
     assert (held_out["benchmark"], held_out["n_problems"], held_out["k"]) == ("digit_sums_test", N_HELD_OUT, K)
     eval_dirs = {
@@ -260,10 +266,6 @@ def test_dfpo_improves_the_held_out_policy(quickstart):
     root, _ = quickstart
     held_out = json.loads((root / "report" / "quickstart.json").read_text())["held_out"]
     start, dfpo = held_out["start"]["avg@k"], held_out["dfpo_min_replace"]["avg@k"]
-    steps = _train_log(root, "dfpo_min_replace")
-    summary = (
-        f"held-out avg@{K}: start {start:.3f} -> DFPO {dfpo:.3f} (CI {held_out['dfpo_min_replace']['ci95']}); "
-        f"halfway {steps[DEFAULT_STEPS // 2][VAL_KEY]:.3f}"
-    )
+    summary = f"held-out avg@{K}: start {start:.3f} -> DFPO {dfpo:.3f} (CI {held_out['dfpo_min_replace']['ci95']})"
     print(summary)
     assert dfpo >= start + MIN_GAIN, summary

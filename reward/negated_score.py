@@ -1,10 +1,12 @@
-"""``reward/score.py`` with the training signal negated, for showing that the learning test can fail.
+"""``reward/score.py`` with the training signal negated: the control run showing that the CPU
+quickstart's learning is the reward's doing and that its learning test can fail.
 
 ``score`` becomes ``1 - score`` (binary rewards), which negates every group-normalised advantage
 exactly: Â_i = (r_i - mean_j r_j) / std_j r_j turns into -Â_i. ``acc`` is left as it is, so verl's
 validation still reports the true held-out accuracy. Selected by
-``DFPO_LEARNING_TEST_NEGATE=1 bash scripts/test.sh tests/e2e/test_quickstart_cpu.py``, whose learning test must
-then fail.
+``python scripts/study_quickstart_seeds.py --negate`` (the recorded control run) and by
+``DFPO_LEARNING_TEST_NEGATE=1 bash scripts/test.sh tests/e2e/test_quickstart_cpu.py``, whose learning
+test must then fail.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reward.score import compute_score as _compute_score  # noqa: E402
 
