@@ -30,8 +30,8 @@ Stages, each through the same command a user runs for the real thing:
                    "cpu": {"capability": "AVX2", "fp32_ms": ..., "bf16_ms": ..., "native_bf16": false, ...}},
      "seconds": {"total": ..., "prepare": ..., "train_dfpo_min_replace": ..., "train_gspo": ...,
                  "evaluate": ..., "report": ...},
-     "training_seconds": {"dfpo_min_replace": {"run": ..., "steps": ..., "validations": ...,
-                                               "start_up_and_shutdown": ..., "per_step": [...]}, "gspo": {...}},
+     "training_seconds": {"dfpo_min_replace": {"run": ..., "steps": ..., "validations_after_steps": ...,
+                                               "the_rest": ..., "per_step": [...]}, "gspo": {...}},
      "held_out": {"benchmark": "digit_sums_test", "n_problems": n, "k": k,
                   "start": {"avg@k": x, "ci95": [lo, hi]}, "dfpo_min_replace": {...}, "gspo": {...},
                   "dfpo_gain": x_dfpo - x_start,
@@ -43,8 +43,9 @@ Every accuracy in it is the report's (``report/report.json``), which computes av
 bootstrap CI from ``evals/*/samples.jsonl``. The start is DFPO's validation before its first step
 (GSPO's run, which starts from the same model, skips that validation); with ``--methods gspo``
 alone, GSPO's. ``training_seconds`` splits each training run's time (``seconds``' ``train_<method>``) by verl's
-own timers in its file log: the steps (``timing_s/step``), the validations (``timing_s/testing``)
-and the rest, which is the trainer's start-up (Ray, the workers, vLLM) and shutdown. ``seconds``
+own timers in its file log: the steps (``timing_s/step``), the validations after a step
+(``timing_s/testing``) and the rest: the trainer's start-up (Ray, the workers, vLLM), the
+validation before the first step where the run makes one (verl does not time it), and shutdown. ``seconds``
 are this invocation's: a rerun skips the
 stages whose outputs exist (a stage's time is then that of the check). ``precision`` says what the
 run computed in and why: every dtype is ``auto`` unless set (``--actor-dtype``/``ACTOR_DTYPE``,
@@ -367,8 +368,8 @@ def training_seconds(file_log: Path | None, run_seconds: float, reused: bool = F
     return {
         "run": round(run_seconds, 1),
         "steps": round(steps, 1),
-        "validations": round(validations, 1),
-        "start_up_and_shutdown": None if reused else round(run_seconds - steps - validations, 1),
+        "validations_after_steps": round(validations, 1),
+        "the_rest": None if reused else round(run_seconds - steps - validations, 1),
         "per_step": per_step,
     }
 
@@ -379,10 +380,10 @@ def time_table(seconds: dict, training: dict[str, dict], labels: dict[str, str])
     for key, split in training.items():
         steps = split["per_step"]
         mean = f", {split['steps'] / len(steps):.1f} each" if steps else ""
-        start_up = split["start_up_and_shutdown"]
+        rest = split["the_rest"]
         rows += [
-            f"| {labels[key]}: start-up and shutdown (Ray, workers, vLLM) | {'trained before (reused)' if start_up is None else f'{start_up:.0f}'} |",
-            f"| {labels[key]}: validations | {split['validations']:.0f} |",
+            f"| {labels[key]}: start-up (Ray, workers, vLLM), validation before training, shutdown | {'trained before (reused)' if rest is None else f'{rest:.0f}'} |",
+            f"| {labels[key]}: validations after steps | {split['validations_after_steps']:.0f} |",
             f"| {labels[key]}: {len(steps)} steps{mean} | {split['steps']:.0f} |",
         ]
     rows += [f"| evaluation runs and report | {seconds['evaluate'] + seconds['report']:.0f} |", f"| total | {seconds['total']:.0f} |"]

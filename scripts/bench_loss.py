@@ -1,7 +1,9 @@
 """Benchmark: forward+backward of DFPO's loss vs verl 0.9.1's built-in ``gspo`` loss, same tensors.
 
 Both losses run on the same (B, T) log-prob tensors in the same process, alternating, and the
-median time of each is reported with the ratio DFPO/GSPO. Usage:
+median time of each is reported with the ratio DFPO/GSPO; printed, and written to
+``benchmarks/results/loss-<UTC time>-<cpu capability>.json`` with the machine, date, commit and
+versions (BENCHMARKS.md's table is generated from it: scripts/results_tables.py). Usage:
 
     python scripts/bench_loss.py                     # default grid, CPU
     python scripts/bench_loss.py --shapes 64x4096 512x16384 --repeats 7 --threads 2
@@ -10,12 +12,16 @@ median time of each is reported with the ratio DFPO/GSPO. Usage:
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
+import sys
 import time
-from datetime import datetime, timezone
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dfpo.benchmark_record import environment, write_result  # noqa: E402
 
 
 def make_inputs(batch: int, length: int, group_size: int, seed: int = 0):
@@ -57,8 +63,13 @@ def main() -> None:
     gspo = get_policy_loss_fn("gspo")
     cfg = actor_config_from(["actor_rollout_ref.actor.policy_loss.loss_mode=gspo"])
 
-    print(f"# machine: {platform.machine()} {platform.processor() or ''}, torch {torch.__version__}, threads {args.threads}")
-    print(f"# date: {datetime.now(timezone.utc).isoformat(timespec='seconds')}")
+    record = {
+        "benchmark": "loss",
+        "command": "python scripts/bench_loss.py " + " ".join(sys.argv[1:]),
+        "environment": environment(),
+        "settings": {"group_size": args.group_size, "repeats": args.repeats, "threads": args.threads},
+        "shapes": [],
+    }
     print("| B x T | GSPO fwd+bwd (ms) | DFPO min_replace (ms) | ratio | DFPO orth_proj (ms) | ratio |")
     print("|---|---|---|---|---|---|")
     for shape in args.shapes:
@@ -86,10 +97,12 @@ def main() -> None:
             for name, fn in runs.items():
                 samples[name] += time_fn(fn, 1)
         med = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
+        record["shapes"].append({"batch": batch, "length": length, "median_ms": {k: round(v, 2) for k, v in med.items()}})
         print(
             f"| {batch} x {length} | {med['gspo']:.1f} | {med['min_replace']:.1f} | {med['min_replace'] / med['gspo']:.3f} "
             f"| {med['orth_proj']:.1f} | {med['orth_proj'] / med['gspo']:.3f} |"
         )
+    print(f"wrote {write_result('loss', str(torch.backends.cpu.get_cpu_capability()), record)}")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ Same tiny Qwen2, same batch, same micro-batching; world size 1 (gloo), verl's en
 with the test-only CPU platform shim of ``tests/integration/cpu_verl_harness.py``. Reports the
 median wall time of ``update_actor`` for DFPO (Min-Replace, exact groups) and GSPO with 1 and with
 4 mini-batches, the ratio, and — as the yardstick for DFPO's pre-pass — the time of one no-grad
-forward of a mini-batch (``compute_log_prob`` on it).
+forward of a mini-batch (``compute_log_prob`` on it). Printed, and written to
+``benchmarks/results/update_actor-<UTC time>-<cpu capability>.json`` with the machine, date, commit
+and versions (BENCHMARKS.md's table is generated from it: scripts/results_tables.py).
 
     python scripts/bench_update_actor.py [--prompts 16 --n 8 --repeats 5]
 """
@@ -13,18 +15,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import platform
 import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from dfpo.benchmark_record import environment, write_result  # noqa: E402
 from tests.integration import cpu_verl_harness as h  # noqa: E402
 
 DFPO = [
@@ -66,8 +67,16 @@ def main() -> None:
         spec = dataclasses.replace(h.TINY_MODEL, hidden_size=64, intermediate_size=128)
         model_dir = h.save_tiny_model(Path(tmp) / "model", seed=0, spec=spec)
         batch = h.make_batch(model_dir, h.BatchSpec(num_prompts=args.prompts, n=args.n, response_len=tuple(args.response_len), seed=0))
-        print(f"# machine: {platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}")
-        print(f"# date: {datetime.now(timezone.utc).isoformat(timespec='seconds')}")
+        record = {
+            "benchmark": "update_actor",
+            "command": "python scripts/bench_update_actor.py " + " ".join(sys.argv[1:]),
+            "environment": environment(),
+            "settings": {
+                "prompts": args.prompts, "n": args.n, "response_len": list(args.response_len), "micro_batch": args.micro,
+                "repeats": args.repeats, "threads": torch.get_num_threads(), "model": "tiny Qwen2, 2 layers, hidden 64",
+            },
+            "mini_batches": [],
+        }
         print(f"# batch: {args.prompts} prompts x {args.n} responses, responses {args.response_len[0]}-{args.response_len[1]} tokens, micro-batch {args.micro}")
         print("| mini-batches | GSPO update_actor (s) | DFPO update_actor (s) | DFPO/GSPO | extra per mini-batch (s) | no-grad forward of a mini-batch (s) |")
         print("|---|---|---|---|---|---|")
@@ -99,7 +108,11 @@ def main() -> None:
             g, d, f = (statistics.median(times["gspo"]), statistics.median(times["dfpo"]), statistics.median(fwd))
             extra = (d - g) / max(mini_batches - 1, 1) if mini_batches > 1 else d - g
             print(f"| {mini_batches} | {g:.3f} | {d:.3f} | {d / g:.3f} | {extra:.3f} | {f:.3f} |")
+            record["mini_batches"].append(
+                {"mini_batches": mini_batches, "gspo_s": round(g, 4), "dfpo_s": round(d, 4), "extra_per_mini_batch_s": round(extra, 4), "forward_of_a_mini_batch_s": round(f, 4)}
+            )
             del data
+    print(f"wrote {write_result('update_actor', str(torch.backends.cpu.get_cpu_capability()), record)}")
 
 
 if __name__ == "__main__":

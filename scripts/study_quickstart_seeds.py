@@ -16,7 +16,10 @@ with ``--negate``) after every seed: the environment (machine, date, commit, ver
 command, each seed's ``report/quickstart.json`` (held-out avg@k with its CI for the start and each
 method, DFPO's gain, ``target_met``, the precision, the seconds) and the summary: every gain, the
 smallest, the seeds that met the bar, the highest start and the lowest CI lower end of DFPO.
-Exits 1 if a seed's run failed (its exit status is recorded; the other seeds still run).
+With ``--sample-memory`` each seed's run also records its memory, sampled every second: the
+machine's (total - available; everything else running on it included) and the run's own (the RSS
+of its process tree: the driver, Ray, its workers, vLLM's engine), each at its peak, and the
+largest processes at the run's peak. Exits 1 if a seed's run failed (its exit status is recorded; the other seeds still run).
 """
 
 from __future__ import annotations
@@ -25,8 +28,11 @@ import argparse
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+
+import psutil
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
@@ -53,6 +59,61 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
+class MemorySampler:
+    """Samples, every ``interval`` seconds while a process runs, the machine's used memory
+    (total - available) and the summed RSS of the process's tree; keeps the peaks, and the largest
+    processes of the tree at its peak."""
+
+    def __init__(self, pid: int, interval: float = 1.0) -> None:
+        self.root, self.interval = psutil.Process(pid), interval
+        self.machine_peak = self.tree_peak = 0
+        self.top_at_peak: list[tuple[str, int]] = []
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        memory = psutil.virtual_memory()
+        self.machine_peak = max(self.machine_peak, memory.total - memory.available)
+        sizes = []
+        for process in [self.root, *self.root.children(recursive=True)]:
+            try:
+                sizes.append((process.name(), process.memory_info().rss))
+            except psutil.Error:  # ended between the listing and the reading
+                continue
+        tree = sum(size for _, size in sizes)
+        if tree > self.tree_peak:
+            self.tree_peak, self.top_at_peak = tree, sorted(sizes, key=lambda item: -item[1])[:8]
+        self.samples += 1
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._sample()
+            except psutil.Error:  # the root has ended
+                return
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> "MemorySampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def record(self) -> dict:
+        gib = 2**30
+        return {
+            "interval_s": self.interval,
+            "samples": self.samples,
+            "machine_used_peak_gib": round(self.machine_peak / gib, 2),
+            "machine_total_gib": round(psutil.virtual_memory().total / gib, 2),
+            "run_rss_peak_gib": round(self.tree_peak / gib, 2),
+            "largest_processes_at_the_run_peak_gib": [[name, round(size / gib, 2)] for name, size in self.top_at_peak],
+        }
+
+
 def summary(runs: list[dict]) -> dict:
     """What the learning test's bar is set from, over the seeds whose run finished."""
     held_out = [run["quickstart"]["held_out"] for run in runs if "quickstart" in run]
@@ -73,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=parse_seeds, default=parse_seeds("1-5"), help="e.g. 1-5 (default) or 1,3,7")
     parser.add_argument("--methods", nargs="+", choices=[m.recipe_method for m in METHODS], default=["dfpo_min_replace"])
     parser.add_argument("--negate", action="store_true", help="train on the negated reward (reward/negated_score.py): the control run")
+    parser.add_argument("--sample-memory", action="store_true", help="record each run's peak memory (sampled every second)")
     parser.add_argument("--output-root", type=Path, default=Path("outputs/seed_study"), help="each seed's run under ROOT/seed<N> (default outputs/seed_study)")
     args = parser.parse_args(argv)
     root = args.output_root.expanduser().resolve() / ("negated" if args.negate else "")
@@ -93,10 +155,17 @@ def main(argv: list[str] | None = None) -> int:
             command += ["--override", f"reward.custom_reward_function.path='{NEGATED_REWARD}'"]
         print(f"[study] seed {seed}: {' '.join(command)}", flush=True)
         started = time.monotonic()
-        done = subprocess.run(command, cwd=REPO_ROOT, check=False)
-        run: dict = {"seed": seed, "command": " ".join(command), "exit_status": done.returncode, "seconds": round(time.monotonic() - started, 1)}
+        process = subprocess.Popen(command, cwd=REPO_ROOT)
+        if args.sample_memory:
+            with MemorySampler(process.pid) as memory:
+                returncode = process.wait()
+        else:
+            returncode = process.wait()
+        run: dict = {"seed": seed, "command": " ".join(command), "exit_status": returncode, "seconds": round(time.monotonic() - started, 1)}
+        if args.sample_memory:
+            run["memory"] = memory.record()
         result_file = root / f"seed{seed}" / "report" / "quickstart.json"
-        if done.returncode == 0 and result_file.exists():
+        if returncode == 0 and result_file.exists():
             run["quickstart"] = json.loads(result_file.read_text())
             held_out = run["quickstart"]["held_out"]
             print(f"[study] seed {seed}: start {held_out['start']['avg@k']:.3f} -> DFPO {held_out.get('dfpo_min_replace', {}).get('avg@k', float('nan')):.3f}", flush=True)

@@ -49,8 +49,9 @@ def test_short_remaining_times_are_in_seconds(tmp_path):
 
 
 def test_the_time_table_splits_each_run_by_verls_timers(tmp_path):
-    """Steps and validations from verl's ``timing_s/step`` and ``timing_s/testing``; the rest of the
-    run's wall time is its start-up and shutdown (unknown for a run an earlier invocation trained)."""
+    """Steps and validations after steps from verl's ``timing_s/step`` and ``timing_s/testing``; the
+    rest of the run's wall time is start-up, the untimed validation before training and shutdown
+    (unknown for a run an earlier invocation trained)."""
     log = tmp_path / "run.jsonl"
     _write(log, [
         {"step": 0, "data": {"timing_s/testing": 25.0, "val-core/x/acc/mean@8": 0.1}},
@@ -58,14 +59,14 @@ def test_the_time_table_splits_each_run_by_verls_timers(tmp_path):
         {"step": 2, "data": {"timing_s/step": 30.0, "timing_s/testing": 26.0, "actor/grad_norm": 1.0}},
     ])
     split = quickstart.training_seconds(log, 200.0)
-    assert split == {"run": 200.0, "steps": 50.0, "validations": 51.0, "start_up_and_shutdown": 99.0, "per_step": [20.0, 30.0]}
-    assert quickstart.training_seconds(log, 3.0, reused=True)["start_up_and_shutdown"] is None
+    assert split == {"run": 200.0, "steps": 50.0, "validations_after_steps": 51.0, "the_rest": 99.0, "per_step": [20.0, 30.0]}
+    assert quickstart.training_seconds(log, 3.0, reused=True)["the_rest"] is None
     table = quickstart.time_table(
         {"prepare": 21.0, "evaluate": 1.0, "report": 4.0, "total": 300.0},
         {"dfpo_min_replace": split, "gspo": quickstart.training_seconds(log, 3.0, reused=True)},
         {"dfpo_min_replace": "DFPO (Min-Replace)", "gspo": "GSPO"},
     )
-    assert "| DFPO (Min-Replace): start-up and shutdown (Ray, workers, vLLM) | 99 |" in table
-    assert "| DFPO (Min-Replace): 2 steps, 25.0 each | 50 |" in table and "| DFPO (Min-Replace): validations | 51 |" in table
-    assert "| GSPO: start-up and shutdown (Ray, workers, vLLM) | trained before (reused) |" in table
+    assert "| DFPO (Min-Replace): start-up (Ray, workers, vLLM), validation before training, shutdown | 99 |" in table
+    assert "| DFPO (Min-Replace): 2 steps, 25.0 each | 50 |" in table and "| DFPO (Min-Replace): validations after steps | 51 |" in table
+    assert "| GSPO: start-up (Ray, workers, vLLM), validation before training, shutdown | trained before (reused) |" in table
     assert table.splitlines()[-1] == "| total | 300 |"
