@@ -222,7 +222,8 @@ class StepProgress:
         if left <= 0 or not self.step_seconds:
             return ""
         seconds = left * sum(self.step_seconds) / len(self.step_seconds)
-        return f"; about {seconds / 60:.0f} min for the {left} steps left" if seconds >= 90 else f"; about {seconds:.0f} s for the {left} steps left"
+        what = "the step left" if left == 1 else f"the {left} steps left"
+        return f"; about {seconds / 60:.0f} min for {what}" if seconds >= 90 else f"; about {seconds:.0f} s for {what}"
 
     def __call__(self) -> None:
         for path in sorted(self.log_dir.glob(f"{self.experiment}.*.jsonl")):

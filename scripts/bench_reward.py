@@ -19,7 +19,9 @@ launched ahead) vs running the same program once per test with bare
 ``python3 program.py < input`` and comparing the same way.
 
 Usage: ``python scripts/bench_reward.py [--passes 5] [--code-repeats 10] [--only math|code] [--out FILE]``.
-Prints a Markdown report (ratios computed within this run).
+Prints a Markdown report (ratios computed within this run) and writes it, with the machine, date,
+commit and versions, to ``benchmarks/results/reward-<UTC time>-<cpu capability>.json`` (BENCHMARKS.md
+quotes it through ``scripts/results_tables.py``).
 """
 
 from __future__ import annotations
@@ -261,8 +263,6 @@ def main() -> int:
 
     report = isolation()
     lines = [
-        "## Reward benchmark (scripts/bench_reward.py)",
-        "",
         f"Date (UTC): {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M')}; machine: {platform.machine()}, "
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}, load average at start "
         f"{os.getloadavg()[0]:.1f}; sandbox isolation: {report.level}.",
@@ -270,13 +270,24 @@ def main() -> int:
     ]
     if args.only in (None, "math"):
         for corpus in CORPORA:
-            lines += [f"### Math: accuracy and throughput ({corpus.stem})", "", *bench_math(args.passes, corpus), ""]
+            lines += [f"#### Math: accuracy and throughput ({corpus.stem})", "", *bench_math(args.passes, corpus), ""]
     if args.only in (None, "code"):
-        lines += ["### Code: sandbox overhead per problem", "", *bench_code(args.code_repeats), ""]
-    text = "\n".join(lines)
+        lines += ["#### Code: sandbox overhead per problem", "", *bench_code(args.code_repeats), ""]
+    text = "\n".join(lines).rstrip("\n")
     print(text)
     if args.out:
         args.out.write_text(text)
+    import torch
+
+    from dfpo.benchmark_record import environment, write_result
+
+    record = {
+        "benchmark": "reward",
+        "command": "python scripts/bench_reward.py " + " ".join(sys.argv[1:]),
+        "environment": {**environment(), "sandbox_isolation": report.level},
+        "report_markdown": text,
+    }
+    print(f"wrote {write_result('reward', str(torch.backends.cpu.get_cpu_capability()), record)}")
     return 0
 
 

@@ -91,7 +91,11 @@ def render_quickstart_seeds(files: list[Path], view: str | None) -> str:
         labels = {"dfpo_min_replace": "DFPO (Min-Replace)", "gspo": "GSPO"}
         rows += [f"| {label} | {cell(h[key])} |" for key, label in labels.items() if key in h]
         rows.append("")
-        rows.append(f"Seed {run['seed']}, {run['quickstart']['steps']} steps per method; {capability(run)}. {machine(data)}. File: {link(path)}, written by `{data['command']}`.")
+        q = run["quickstart"]
+        rows.append(
+            f"Seed {run['seed']}, {q['steps']} steps per method, **{q['seconds']['total']:.0f} s** ({q['seconds']['total'] / 60:.1f} min) after set-up; "
+            f"{capability(run)}. {machine(data)}. File: {link(path)}, written by `{data['command']}`."
+        )
         return "\n".join(rows)
     if view == "time":
         (run,) = runs
@@ -191,7 +195,39 @@ def render_update_actor(files: list[Path], view: str | None) -> str:
     return "\n".join(rows + ["", *(f"{link(p)}: {machine(json.loads(p.read_text()))}, {json.loads(p.read_text())['settings']['threads']} threads." for p in files)])
 
 
+def render_reward(files: list[Path], view: str | None) -> str:
+    """The report the reward benchmark printed, as it recorded it (one file per block)."""
+    if len(files) != 1:
+        raise ResultsError(f"a reward block names one file, got {[f.name for f in files]}")
+    d = json.loads(files[0].read_text())
+    return f"{d['report_markdown']}\n\n{machine(d)}. File: {link(files[0])}, written by `{d['command']}`."
+
+
+def render_ci_run(files: list[Path], view: str | None) -> str:
+    """One row per recorded CI run; with the view ``modules``, the newest run's slowest modules."""
+    if view == "modules":
+        path = files[-1]
+        d = json.loads(path.read_text())
+        rows = ["| test module (its fixtures' runs included) | seconds |", "|---|---|"]
+        rows += [f"| `{name}` | {seconds:.0f} |" for name, seconds in list(d["seconds_per_module"].items())[:12]]
+        rest = sum(list(d["seconds_per_module"].values())[12:])
+        rows += [f"| the other {len(d['seconds_per_module']) - 12} modules | {rest:.0f} |", "", f"{machine(d)}. File: {link(path)}."]
+        return "\n".join(rows)
+    rows = ["| file | processor | whole run | set-up | pytest | passed / failed / skipped | exit |", "|---|---|---|---|---|---|---|"]
+    for path in files:
+        d = json.loads(path.read_text())
+        env = d["environment"]
+        minutes = f"{d['seconds'] / 60:.0f} min ({d['seconds']:.0f} s)"
+        rows.append(
+            f"| {link(path)} | {env['cpu']}, {env['cores']} cores; commit {env['commit']}, {env['date'][:10]} | {minutes} | "
+            f"{d['setup_seconds']:.0f} s | {d['pytest_seconds']:.0f} s | {d['passed']} / {d['failed'] + d['errors']} / {d['skipped']} | {d['exit_status']} |"
+        )
+    return "\n".join(rows)
+
+
 RENDERERS = {
+    "ci_run": render_ci_run,
+    "reward": render_reward,
     "loss": render_loss,
     "update_actor": render_update_actor,
     "quickstart_seeds": render_quickstart_seeds,

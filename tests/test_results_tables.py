@@ -3,20 +3,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 
 import pytest
 
-from dfpo.benchmark_record import REPO_ROOT
+from tests.script_modules import load_script
 
 
 def _tables():
-    spec = importlib.util.spec_from_file_location("results_tables", REPO_ROOT / "scripts" / "results_tables.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("results_tables")
 
 
 def test_every_generated_block_matches_its_results_files(capsys):

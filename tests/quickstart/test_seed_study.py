@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 
 import pytest
 
 from dfpo.benchmark_record import REPO_ROOT
+from tests.script_modules import load_script
 
 
 def _study():
-    spec = importlib.util.spec_from_file_location("study_quickstart_seeds", REPO_ROOT / "scripts" / "study_quickstart_seeds.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("study_quickstart_seeds")
 
 
 @pytest.mark.parametrize("text, seeds", [("1-5", [1, 2, 3, 4, 5]), ("3", [3]), ("1,3,7", [1, 3, 7]), ("1-3,2,9", [1, 2, 3, 9])])
@@ -57,3 +54,42 @@ def test_the_memory_sampler_sees_a_child_process_allocate(tmp_path):
     assert record["run_rss_peak_gib"] > 0.29, record
     assert record["machine_used_peak_gib"] >= record["run_rss_peak_gib"] - 0.05, record
     assert record["largest_processes_at_the_run_peak_gib"][0][1] > 0.28, record
+
+
+def test_the_learning_bar_is_set_from_the_seed_study():
+    """tests/e2e/test_quickstart_cpu.py's bar against the study it names: five seeds of the
+    quickstart's defaults (DFPO alone, ten steps, k = 8), every one finished; MIN_GAIN at most half
+    the smallest gain and at least three times the widest half-width of a start's CI; the
+    `target_met` assertion only if every seed met the bar. A bar raised past what the study shows,
+    or a study at other settings, fails here."""
+    import json
+
+    from dfpo.quickstart import DEFAULT_K, DEFAULT_STEPS
+    from tests.e2e import test_quickstart_cpu as learning
+
+    study = json.loads((REPO_ROOT / "benchmarks" / "results" / learning.LEARNING_STUDY).read_text())
+    runs = study["runs"]
+    assert len(runs) >= 5 and study["summary"]["seeds_failed"] == [], study["summary"]
+    for run in runs:
+        quickstart = run["quickstart"]
+        assert (quickstart["steps"], quickstart["held_out"]["k"]) == (DEFAULT_STEPS, DEFAULT_K), run["seed"]
+        assert set(quickstart["training_seconds"]) == {"dfpo_min_replace"}, run["seed"]
+    summary = study["summary"]
+    assert learning.MIN_GAIN <= summary["min_dfpo_gain"] / 2, (learning.MIN_GAIN, summary["min_dfpo_gain"])
+    half_widths = [(r["quickstart"]["held_out"]["start"]["ci95"][1] - r["quickstart"]["held_out"]["start"]["ci95"][0]) / 2 for r in runs]
+    assert learning.MIN_GAIN >= 3 * max(half_widths), (learning.MIN_GAIN, half_widths)
+    every_seed_met = len(summary["target_met_seeds"]) == len(runs)
+    assert learning.TARGET_MET_IN_EVERY_SEED == every_seed_met, summary["target_met_seeds"]
+
+
+def test_the_control_run_fails_the_learning_bar():
+    """The negated reward's recorded run (docs/cpu.md) is below the bar the learning test asserts."""
+    import json
+
+    from tests.e2e import test_quickstart_cpu as learning
+
+    control = json.loads((REPO_ROOT / "benchmarks" / "results" / learning.NEGATED_STUDY).read_text())
+    assert control["runs"] and all("quickstart" in run for run in control["runs"])
+    assert "negated_score.py" in control["runs"][0]["command"]
+    for run in control["runs"]:
+        assert run["quickstart"]["held_out"]["dfpo_gain"] < learning.MIN_GAIN, run["seed"]

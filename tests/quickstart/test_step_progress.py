@@ -45,6 +45,7 @@ def test_short_remaining_times_are_in_seconds(tmp_path):
     progress = StepProgress(tmp_path, "run", total=3, transform=False)
     progress.step_seconds = [20.0]
     assert progress.remaining(1) == "; about 40 s for the 2 steps left"
+    assert progress.remaining(2) == "; about 20 s for the step left"
     assert progress.remaining(3) == ""
 
 
