@@ -23,6 +23,15 @@ def _pyplot():
     return plt
 
 
+def _seeds_phrase(results: ReportResults, model: str) -> str:
+    """"seed 1" when every bar of ``model`` is one and the same seed, else "mean over N seeds"."""
+    seeds = {tuple(cell.seeds) for cell in results.cells.values() if cell.model == model}
+    if len(seeds) == 1 and len(next(iter(seeds))) == 1:
+        return f"seed {next(iter(seeds))[0]}"
+    most = max((len(s) for s in seeds), default=0)
+    return f"mean over {most} seeds" if most > 1 else "one seed per method"
+
+
 def accuracy_bars(results: ReportResults, model: str, path: Path) -> Path:
     """Grouped bars (benchmarks x methods) of the mean over seeds with asymmetric CI error bars."""
     plt = _pyplot()
@@ -47,7 +56,7 @@ def accuracy_bars(results: ReportResults, model: str, path: Path) -> Path:
     ks = sorted({k for c in results.cells.values() if c.model == model for k in c.ks})
     ax.set_ylabel(f"avg@{ks[0] if len(ks) == 1 else 'k'} (%)")
     # about 8 characters of the title's font per inch of figure: longer lines are wrapped
-    ax.set_title(_wrapped(f"{model}: mean over seeds, {100 * results.settings.level:.0f}% bootstrap CI", int(8 * fig_width)))
+    ax.set_title(_wrapped(f"{model}: {_seeds_phrase(results, model)}, {100 * results.settings.level:.0f}% bootstrap CI", int(8 * fig_width)))
     ax.legend(fontsize=8, loc="best")
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()

@@ -384,3 +384,28 @@ def test_the_accuracy_figures_title_fits_inside_the_figure(runs_file, tmp_path, 
     finally:
         for figure in kept:
             close(figure)
+
+
+def test_the_accuracy_figures_title_says_whether_it_is_one_seed_or_a_mean(runs_file, tmp_path, monkeypatch):
+    """A report of one seed (the quickstart's) says "seed N", not "mean over seeds"; the fixture's
+    models have several seeds, and their figure says how many."""
+    from types import SimpleNamespace
+
+    import matplotlib.pyplot as plt
+
+    from dfpo.evaluation import plots
+
+    def results_of(*cells):
+        return SimpleNamespace(cells={i: SimpleNamespace(model=m, seeds=s) for i, (m, s) in enumerate(cells)})
+
+    assert plots._seeds_phrase(results_of(("M", ["1"]), ("M", ["1"])), "M") == "seed 1"
+    assert plots._seeds_phrase(results_of(("M", ["1", "2", "3"]), ("M", ["1", "2"]), ("N", ["7"])), "M") == "mean over 3 seeds"
+    assert plots._seeds_phrase(results_of(("M", ["1"]), ("M", ["2"])), "M") == "one seed per method"
+    kept = []
+    monkeypatch.setattr(plt, "close", kept.append)
+    results = compute_results(load_report_config(runs_file), SETTINGS)
+    model = sorted({c.model for c in results.cells.values()})[0]
+    most = max(len(c.seeds) for c in results.cells.values() if c.model == model)
+    assert most > 1
+    plots.accuracy_bars(results, model, tmp_path / "accuracy.png")
+    assert f"mean over {most} seeds" in kept[-1].axes[0].get_title().replace("\n", " ")
