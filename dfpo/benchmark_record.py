@@ -26,7 +26,9 @@ def environment() -> dict:
     from dfpo.verl_version import installed_version
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "status", "--porcelain"], cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip())
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=REPO_ROOT, capture_output=True, text=True).stdout.splitlines()
+    # results files written by earlier runs of a series are not a change of the code measured
+    dirty = any(not line[3:].startswith("benchmarks/results/") for line in status if line.strip())
     cpuinfo = Path("/proc/cpuinfo")
     lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
     model_name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor())

@@ -44,8 +44,9 @@ def cell(result: dict) -> str:
     return f"{pct(result['avg@k'])} ({pct(low)}-{pct(high)})"
 
 
-def link(path: Path) -> str:
-    return f"[{path.name}](benchmarks/results/{path.name})"
+def link(path: Path, prefix: str) -> str:
+    """A Markdown link to a results file from a document ``prefix`` (``""`` or ``"../"``) away from the root."""
+    return f"[{path.name}]({prefix}benchmarks/results/{path.name})"
 
 
 def machine(data: dict) -> str:
@@ -63,7 +64,7 @@ def finished(data: dict) -> list[dict]:
     return [run for run in data["runs"] if "quickstart" in run]
 
 
-def render_quickstart_seeds(files: list[Path], view: str | None) -> str:
+def render_quickstart_seeds(files: list[Path], view: str | None, prefix: str) -> str:
     if len(files) != 1:
         raise ResultsError(f"a quickstart_seeds block names one file, got {[f.name for f in files]}")
     path = files[0]
@@ -79,9 +80,9 @@ def render_quickstart_seeds(files: list[Path], view: str | None) -> str:
         s = data["summary"]
         rows.append("")
         rows.append(
-            f"{len(runs)} seeds; gains {', '.join(f'{100 * g:+.1f}' for g in s['dfpo_gains'])} points (smallest {100 * s['min_dfpo_gain']:+.1f}); "
+            f"{len(runs)} seed{'s' if len(runs) > 1 else ''}; gains {', '.join(f'{100 * g:+.1f}' for g in s['dfpo_gains'])} points (smallest {100 * s['min_dfpo_gain']:+.1f}); "
             f"bar met in {len(s['target_met_seeds'])} of {len(runs)}; highest start {pct(s['max_start'])} %, lowest DFPO CI lower end "
-            f"{pct(s['min_dfpo_ci_low'])} %. {capability(runs[0])}. {machine(data)}. File: {link(path)}, written by `{data['command']}`."
+            f"{pct(s['min_dfpo_ci_low'])} %. {capability(runs[0])}. {machine(data)}. File: {link(path, prefix)}, written by `{data['command']}`."
         )
         return "\n".join(rows)
     if view == "main_job":
@@ -94,7 +95,7 @@ def render_quickstart_seeds(files: list[Path], view: str | None) -> str:
         q = run["quickstart"]
         rows.append(
             f"Seed {run['seed']}, {q['steps']} steps per method, **{q['seconds']['total']:.0f} s** ({q['seconds']['total'] / 60:.1f} min) after set-up; "
-            f"{capability(run)}. {machine(data)}. File: {link(path)}, written by `{data['command']}`."
+            f"{capability(run)}. {machine(data)}. File: {link(path, prefix)}, written by `{data['command']}`."
         )
         return "\n".join(rows)
     if view == "time":
@@ -114,12 +115,12 @@ def render_quickstart_seeds(files: list[Path], view: str | None) -> str:
             m = run["memory"]
             top = ", ".join(f"{name} {size:.1f}" for name, size in m["largest_processes_at_the_run_peak_gib"][:4])
             rows += ["", f"Memory, sampled every {m['interval_s']:.0f} s: the run's processes peaked at {m['run_rss_peak_gib']:.1f} GiB RSS in all (largest: {top} GiB; RSS counts shared libraries once per process), the machine at {m['machine_used_peak_gib']:.1f} of {m['machine_total_gib']:.1f} GiB used."]
-        rows += ["", f"{capability(run)}. {machine(data)}. File: {link(path)}, written by `{data['command']}`."]
+        rows += ["", f"{capability(run)}. {machine(data)}. File: {link(path, prefix)}, written by `{data['command']}`."]
         return "\n".join(rows)
     raise ResultsError(f"quickstart_seeds has the views seeds, main_job and time, not {view!r}")
 
 
-def render_quickstart_seeds_negated(files: list[Path], view: str | None) -> str:
+def render_quickstart_seeds_negated(files: list[Path], view: str | None, prefix: str) -> str:
     if len(files) != 1:
         raise ResultsError(f"a quickstart_seeds_negated block names one file, got {[f.name for f in files]}")
     path = files[0]
@@ -129,11 +130,11 @@ def render_quickstart_seeds_negated(files: list[Path], view: str | None) -> str:
     for run in runs:
         h = run["quickstart"]["held_out"]
         rows.append(f"| {run['seed']} | {cell(h['start'])} | {cell(h['dfpo_min_replace'])} | {100 * h['dfpo_gain']:+.1f} |")
-    rows += ["", f"{capability(runs[0])}. {machine(data)}. File: {link(path)}, written by `{data['command']}`."]
+    rows += ["", f"{capability(runs[0])}. {machine(data)}. File: {link(path, prefix)}, written by `{data['command']}`."]
     return "\n".join(rows)
 
 
-def render_cpu_precision(files: list[Path], view: str | None) -> str:
+def render_cpu_precision(files: list[Path], view: str | None, prefix: str) -> str:
     rows = [
         "| file | processor | probe: bf16 / fp32 matmul | forward+backward fp32 / bf16 | evaluation of 8 problems x 8 samples: shared prompt / per row (same tokens) |",
         "|---|---|---|---|---|",
@@ -142,7 +143,7 @@ def render_cpu_precision(files: list[Path], view: str | None) -> str:
         d = json.loads(path.read_text())
         p, t, e, env = d["probe"], d["training_pass"], d["evaluation"], d["environment"]
         rows.append(
-            f"| {link(path)} | {env['cpu']}, {p['capability']} ({env['cores']} vCPU; torch {env['torch']}, transformers {env['transformers']}) | "
+            f"| {link(path, prefix)} | {env['cpu']}, {p['capability']} ({env['cores']} vCPU; torch {env['torch']}, transformers {env['transformers']}) | "
             f"{p['bf16_ms']:.1f} / {p['fp32_ms']:.1f} ms ({p['bf16_slowdown']:.0f}x): {d['auto']['dtype'].replace('float', 'fp')} | "
             f"{t['fp32_s']:.2f} s / {t['bf16_s']:.1f} s ({t['bf16_over_fp32']:.1f}x) | "
             f"{e['shared_prefill_s']:.1f} s / {e['prefill_per_row_s']:.1f} s ({e['per_row_over_shared']:.2f}x faster; {'yes' if e['same_tokens'] else 'NO'}) |"
@@ -150,7 +151,7 @@ def render_cpu_precision(files: list[Path], view: str | None) -> str:
     return "\n".join(rows)
 
 
-def render_vllm_cpu_block_size(files: list[Path], view: str | None) -> str:
+def render_vllm_cpu_block_size(files: list[Path], view: str | None, prefix: str) -> str:
     rows = [
         "| file | processor | validation, 41 prompts x 8: block 128 / 32 (prompt tokens cached) | a training rollout, 4 x 8: block 128 / 32 |",
         "|---|---|---|---|",
@@ -164,24 +165,24 @@ def render_vllm_cpu_block_size(files: list[Path], view: str | None) -> str:
             ratio = d["seconds_over_anchor"]["32"][workload]
             cached = f" ({anchor['cached_prompt_tokens']:,} / {small['cached_prompt_tokens']:,} of {small['prompt_tokens']:,})" if workload.startswith("validation") else ""
             parts.append(f"{anchor['seconds']:.1f} s / {small['seconds']:.1f} s, {ratio:.2f}x{cached}")
-        rows.append(f"| {link(path)} | {env['cpu']} ({env['cores']} vCPU; torch {env['torch']}, vllm {env['vllm']}) | {parts[0]} | {parts[1]} |")
+        rows.append(f"| {link(path, prefix)} | {env['cpu']} ({env['cores']} vCPU; torch {env['torch']}, vllm {env['vllm']}) | {parts[0]} | {parts[1]} |")
     return "\n".join(rows)
 
 
-def render_loss(files: list[Path], view: str | None) -> str:
+def render_loss(files: list[Path], view: str | None, prefix: str) -> str:
     rows = ["| file | B x T | GSPO fwd+bwd (ms) | DFPO min_replace (ms) | ratio | DFPO orth_proj (ms) | ratio |", "|---|---|---|---|---|---|---|"]
     for path in files:
         d = json.loads(path.read_text())
         for shape in d["shapes"]:
             m = shape["median_ms"]
             rows.append(
-                f"| {link(path)} | {shape['batch']} x {shape['length']} | {m['gspo']:.1f} | {m['min_replace']:.1f} | {m['min_replace'] / m['gspo']:.3f} "
+                f"| {link(path, prefix)} | {shape['batch']} x {shape['length']} | {m['gspo']:.1f} | {m['min_replace']:.1f} | {m['min_replace'] / m['gspo']:.3f} "
                 f"| {m['orth_proj']:.1f} | {m['orth_proj'] / m['gspo']:.3f} |"
             )
-    return "\n".join(rows + ["", *(f"{link(p)}: {machine(json.loads(p.read_text()))}, {json.loads(p.read_text())['settings']['threads']} threads." for p in files)])
+    return "\n".join(rows + ["", *(f"{link(p, prefix)}: {machine(json.loads(p.read_text()))}, {json.loads(p.read_text())['settings']['threads']} threads." for p in files)])
 
 
-def render_update_actor(files: list[Path], view: str | None) -> str:
+def render_update_actor(files: list[Path], view: str | None, prefix: str) -> str:
     rows = [
         "| file | mini-batches | GSPO update_actor (s) | DFPO update_actor (s) | DFPO/GSPO | extra per mini-batch (s) | no-grad forward of a mini-batch (s) |",
         "|---|---|---|---|---|---|---|",
@@ -189,21 +190,21 @@ def render_update_actor(files: list[Path], view: str | None) -> str:
     for path in files:
         for m in json.loads(path.read_text())["mini_batches"]:
             rows.append(
-                f"| {link(path)} | {m['mini_batches']} | {m['gspo_s']:.3f} | {m['dfpo_s']:.3f} | {m['dfpo_s'] / m['gspo_s']:.3f} "
+                f"| {link(path, prefix)} | {m['mini_batches']} | {m['gspo_s']:.3f} | {m['dfpo_s']:.3f} | {m['dfpo_s'] / m['gspo_s']:.3f} "
                 f"| {m['extra_per_mini_batch_s']:.3f} | {m['forward_of_a_mini_batch_s']:.3f} |"
             )
-    return "\n".join(rows + ["", *(f"{link(p)}: {machine(json.loads(p.read_text()))}, {json.loads(p.read_text())['settings']['threads']} threads." for p in files)])
+    return "\n".join(rows + ["", *(f"{link(p, prefix)}: {machine(json.loads(p.read_text()))}, {json.loads(p.read_text())['settings']['threads']} threads." for p in files)])
 
 
-def render_reward(files: list[Path], view: str | None) -> str:
+def render_reward(files: list[Path], view: str | None, prefix: str) -> str:
     """The report the reward benchmark printed, as it recorded it (one file per block)."""
     if len(files) != 1:
         raise ResultsError(f"a reward block names one file, got {[f.name for f in files]}")
     d = json.loads(files[0].read_text())
-    return f"{d['report_markdown']}\n\n{machine(d)}. File: {link(files[0])}, written by `{d['command']}`."
+    return f"{d['report_markdown']}\n\n{machine(d)}. File: {link(files[0], prefix)}, written by `{d['command']}`."
 
 
-def render_ci_run(files: list[Path], view: str | None) -> str:
+def render_ci_run(files: list[Path], view: str | None, prefix: str) -> str:
     """One row per recorded CI run; with the view ``modules``, the newest run's slowest modules."""
     if view == "modules":
         path = files[-1]
@@ -211,7 +212,7 @@ def render_ci_run(files: list[Path], view: str | None) -> str:
         rows = ["| test module (its fixtures' runs included) | seconds |", "|---|---|"]
         rows += [f"| `{name}` | {seconds:.0f} |" for name, seconds in list(d["seconds_per_module"].items())[:12]]
         rest = sum(list(d["seconds_per_module"].values())[12:])
-        rows += [f"| the other {len(d['seconds_per_module']) - 12} modules | {rest:.0f} |", "", f"{machine(d)}. File: {link(path)}."]
+        rows += [f"| the other {len(d['seconds_per_module']) - 12} modules | {rest:.0f} |", "", f"{machine(d)}. File: {link(path, prefix)}."]
         return "\n".join(rows)
     rows = ["| file | processor | whole run | set-up | pytest | passed / failed / skipped | exit |", "|---|---|---|---|---|---|---|"]
     for path in files:
@@ -219,7 +220,7 @@ def render_ci_run(files: list[Path], view: str | None) -> str:
         env = d["environment"]
         minutes = f"{d['seconds'] / 60:.0f} min ({d['seconds']:.0f} s)"
         rows.append(
-            f"| {link(path)} | {env['cpu']}, {env['cores']} cores; commit {env['commit']}, {env['date'][:10]} | {minutes} | "
+            f"| {link(path, prefix)} | {env['cpu']}, {env['cores']} cores; commit {env['commit']}, {env['date'][:10]} | {minutes} | "
             f"{d['setup_seconds']:.0f} s | {d['pytest_seconds']:.0f} s | {d['passed']} / {d['failed'] + d['errors']} / {d['skipped']} | {d['exit_status']} |"
         )
     return "\n".join(rows)
@@ -237,7 +238,7 @@ RENDERERS = {
 }
 
 
-def render(pattern: str, view: str | None, results: Path = RESULTS) -> str:
+def render(pattern: str, view: str | None, results: Path = RESULTS, prefix: str = "") -> str:
     files = sorted(results.glob(pattern))
     if not files:
         raise ResultsError(f"no results file matches {pattern!r} under {results}")
@@ -249,15 +250,17 @@ def render(pattern: str, view: str | None, results: Path = RESULTS) -> str:
         names.add(match["name"])
     if len(names) != 1 or next(iter(names)) not in RENDERERS:
         raise ResultsError(f"{pattern!r} matches the studies {sorted(names)}; one of {sorted(RENDERERS)} per block")
-    return RENDERERS[next(iter(names))](files, view)
+    return RENDERERS[next(iter(names))](files, view, prefix)
 
 
 def update(text: str, source: str, results: Path = RESULTS) -> str:
-    """``text`` with every block regenerated (``source`` names the file in errors)."""
+    """``text`` with every block regenerated (``source``: the document's path from the repository's
+    root, for its links to the results files and in errors)."""
+    prefix = "../" * source.count("/")
 
     def replace(match: re.Match) -> str:
         try:
-            body = render(match["pattern"], match["view"], results)
+            body = render(match["pattern"], match["view"], results, prefix)
         except (ResultsError, KeyError, ValueError) as error:
             raise ResultsError(f"{source}: the block `<!-- results: {match['pattern']} {match['view'] or ''} -->`: {error!r}") from None
         return f"{match.group(1)}{body}\n{match.group(5)}"

@@ -33,11 +33,18 @@ def test_every_results_file_is_named_for_a_renderer():
 def test_a_number_edited_by_hand_is_found(tmp_path):
     tables = _tables()
     source = next(path for path in tables.documents() if "<!-- results: cpu_precision" in path.read_text())
-    text = source.read_text()
-    assert tables.update(text, source.name) == text
+    text, name = source.read_text(), str(source.relative_to(tables.REPO_ROOT))
+    assert tables.update(text, name) == text
     edited = text.replace("404.5 / 11.9 ms", "304.5 / 11.9 ms", 1)
     assert edited != text
-    assert tables.update(edited, source.name) == text
+    assert tables.update(edited, name) == text
+
+
+def test_links_to_results_files_are_relative_to_the_document():
+    tables = _tables()
+    block = "<!-- results: cpu_precision-*.json -->\nold\n<!-- /results -->"
+    assert "](benchmarks/results/cpu_precision-" in tables.update(block, "README.md")
+    assert "](../benchmarks/results/cpu_precision-" in tables.update(block, "docs/cpu.md")
 
 
 def test_a_changed_results_file_changes_the_block(tmp_path):

@@ -60,8 +60,8 @@ pytestmark = pytest.mark.slow
 # met the quickstart's own bar (`target_met`: +20 points with DFPO's CI above the start), so must
 # this run. tests/quickstart/test_seed_study.py checks these constants against the file; the
 # negated reward (LEARNING_STUDY's control, DFPO_LEARNING_TEST_NEGATE=1) fails the test.
-LEARNING_STUDY = "quickstart_seeds-STUDY.json"
-NEGATED_STUDY = "quickstart_seeds_negated-NEGATED.json"  # the control: DFPO on the negated reward
+LEARNING_STUDY = "quickstart_seeds-2026-12-05T2324-avx512.json"
+NEGATED_STUDY = "quickstart_seeds_negated-2026-12-05T2332-avx512.json"  # the control: DFPO on the negated reward
 MIN_GAIN = 0.15
 TARGET_MET_IN_EVERY_SEED = True
 # both methods, ten steps, bf16 compute: the README's command (its time is in the study files of
