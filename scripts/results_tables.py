@@ -24,6 +24,10 @@ import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from dfpo.quickstart import time_table  # noqa: E402
+
 RESULTS = REPO_ROOT / "benchmarks" / "results"
 DOCS = ("README.md", "BENCHMARKS.md", "docs/*.md")
 BLOCK = re.compile(r"(<!-- results: (?P<pattern>\S+)(?: (?P<view>\S+))? -->\n)(?P<body>.*?)(<!-- /results -->)", re.DOTALL)
@@ -101,16 +105,8 @@ def render_quickstart_seeds(files: list[Path], view: str | None, prefix: str) ->
     if view == "time":
         (run,) = runs
         q = run["quickstart"]
-        rows = ["| stage | seconds |", "|---|---|", f"| model and data | {q['seconds']['prepare']:.0f} |"]
         labels = {"dfpo_min_replace": "DFPO (Min-Replace)", "gspo": "GSPO"}
-        for key, split in q["training_seconds"].items():
-            steps = split["per_step"]
-            rows += [
-                f"| {labels[key]}: start-up (Ray, workers, vLLM), validation before training, shutdown | {split['the_rest']:.0f} |",
-                f"| {labels[key]}: validations after steps | {split['validations_after_steps']:.0f} |",
-                f"| {labels[key]}: {len(steps)} steps ({min(steps):.1f}-{max(steps):.1f} s each) | {split['steps']:.0f} |",
-            ]
-        rows += [f"| evaluation runs and report | {q['seconds']['evaluate'] + q['seconds']['report']:.0f} |", f"| **total** (`report/quickstart.json`) | **{q['seconds']['total']:.0f}** |"]
+        rows = [time_table(q["seconds"], q["training_seconds"], labels)]  # the table the quickstart prints
         if "memory" in run:
             m = run["memory"]
             top = ", ".join(f"{name} {size:.1f}" for name, size in m["largest_processes_at_the_run_peak_gib"][:4])
