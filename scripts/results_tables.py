@@ -165,6 +165,15 @@ def render_vllm_cpu_block_size(files: list[Path], view: str | None, prefix: str)
     return "\n".join(rows)
 
 
+def footers(files: list[Path], prefix: str) -> list[str]:
+    """One line per file: its link, machine and thread count."""
+    lines = []
+    for path in files:
+        d = json.loads(path.read_text())
+        lines.append(f"{link(path, prefix)}: {machine(d)}, {d['settings']['threads']} threads.")
+    return lines
+
+
 def render_loss(files: list[Path], view: str | None, prefix: str) -> str:
     rows = ["| file | B x T | GSPO fwd+bwd (ms) | DFPO min_replace (ms) | ratio | DFPO orth_proj (ms) | ratio |", "|---|---|---|---|---|---|---|"]
     for path in files:
@@ -175,7 +184,7 @@ def render_loss(files: list[Path], view: str | None, prefix: str) -> str:
                 f"| {link(path, prefix)} | {shape['batch']} x {shape['length']} | {m['gspo']:.1f} | {m['min_replace']:.1f} | {m['min_replace'] / m['gspo']:.3f} "
                 f"| {m['orth_proj']:.1f} | {m['orth_proj'] / m['gspo']:.3f} |"
             )
-    return "\n".join(rows + ["", *(f"{link(p, prefix)}: {machine(json.loads(p.read_text()))}, {json.loads(p.read_text())['settings']['threads']} threads." for p in files)])
+    return "\n".join(rows + ["", *footers(files, prefix)])
 
 
 def render_update_actor(files: list[Path], view: str | None, prefix: str) -> str:
@@ -189,7 +198,7 @@ def render_update_actor(files: list[Path], view: str | None, prefix: str) -> str
                 f"| {link(path, prefix)} | {m['mini_batches']} | {m['gspo_s']:.3f} | {m['dfpo_s']:.3f} | {m['dfpo_s'] / m['gspo_s']:.3f} "
                 f"| {m['extra_per_mini_batch_s']:.3f} | {m['forward_of_a_mini_batch_s']:.3f} |"
             )
-    return "\n".join(rows + ["", *(f"{link(p, prefix)}: {machine(json.loads(p.read_text()))}, {json.loads(p.read_text())['settings']['threads']} threads." for p in files)])
+    return "\n".join(rows + ["", *footers(files, prefix)])
 
 
 def render_reward(files: list[Path], view: str | None, prefix: str) -> str:

@@ -154,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.negate:
             command += ["--override", f"reward.custom_reward_function.path='{NEGATED_REWARD}'"]
         print(f"[study] seed {seed}: {' '.join(command)}", flush=True)
+        # as a user would type it: no interpreter or checkout path of this machine in the record
+        recorded = " ".join(["python", *command[1:]]).replace(str(NEGATED_REWARD), NEGATED_REWARD.relative_to(REPO_ROOT).as_posix())
         started = time.monotonic()
         process = subprocess.Popen(command, cwd=REPO_ROOT)
         if args.sample_memory:
@@ -161,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                 returncode = process.wait()
         else:
             returncode = process.wait()
-        run: dict = {"seed": seed, "command": " ".join(command), "exit_status": returncode, "seconds": round(time.monotonic() - started, 1)}
+        run: dict = {"seed": seed, "command": recorded, "exit_status": returncode, "seconds": round(time.monotonic() - started, 1)}
         if args.sample_memory:
             run["memory"] = memory.record()
         result_file = root / f"seed{seed}" / "report" / "quickstart.json"
