@@ -82,7 +82,8 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     add_common_arguments(parser, tuple(MATH_SOURCE_TABLE))
     parser.add_argument(
         "--template", choices=TEMPLATES, default=DEFAULT_TEMPLATE,
-        help="prompt wording: 'boxed' (final answer in \\boxed{}) or 'dapo' (last line 'Answer: ...'); default boxed",
+        help="prompt wording: 'boxed' (final answer in \\boxed{}), 'dapo' (last line 'Answer: ...') or 'bare' "
+        "(the problem alone, the answer's \\boxed{} form taught by --demonstration); default boxed",
     )
     parser.add_argument(
         "--demonstration", nargs=2, metavar=("PROBLEM", "ANSWER"),

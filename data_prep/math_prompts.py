@@ -4,6 +4,9 @@
   answer in ``\\boxed{}`` (the convention of Qwen/DeepSeek math evaluation and of AIME/HMMT
   reporting for thinking models).
 * ``dapo`` -- DAPO-Math-17k's own wording: the last line must be ``Answer: $Answer``.
+* ``bare`` -- the problem as written, no instruction: the answer's form (``\\boxed{}``) is taught
+  by a demonstration turn alone (few-shot prompting). Meant with ``--demonstration``; without one
+  the model is not told how to answer.
 
 Both are scored by ``reward/``'s math scorer (math-verify reads ``\\boxed{}`` and, failing
 that, the final answer line).
@@ -26,7 +29,7 @@ DAPO_PREFIX = (
 DAPO_SUFFIX = '\n\nRemember to put your answer on its own line after "Answer:".'
 BOXED_SUFFIX = "\n\nPlease reason step by step, and put your final answer within \\boxed{}."
 
-TEMPLATES = ("boxed", "dapo")
+TEMPLATES = ("boxed", "dapo", "bare")
 DEFAULT_TEMPLATE = "boxed"
 
 
@@ -36,12 +39,14 @@ def render_math_prompt(problem: str, template: str) -> str:
         return problem + BOXED_SUFFIX
     if template == "dapo":
         return DAPO_PREFIX + problem + DAPO_SUFFIX
+    if template == "bare":
+        return problem
     raise DataPrepError(f"unknown math prompt template {template!r}; choose one of {', '.join(TEMPLATES)}")
 
 
 def demonstration_answer(answer: str, template: str) -> str:
     """The assistant's reply of a demonstration turn: ``answer`` in the form ``template`` asks for."""
-    if template == "boxed":
+    if template in ("boxed", "bare"):
         return f"\\boxed{{{answer}}}"
     if template == "dapo":
         return f"Answer: {answer}"

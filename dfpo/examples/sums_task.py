@@ -1,15 +1,22 @@
 """The CPU quickstart's task: single-digit sums with one demonstration turn.
 
-Problems read "What is a + b?" for a, b in 0..9, in data_prep's ``boxed`` template, after one
-solved example (:data:`DEMONSTRATION`: the user asks "What is 2 + 5? ..." and the assistant answers
-``\\boxed{7}``). The answer is scored by ``reward/score.py``'s math scorer (1 for the right
-``\\boxed{}`` answer, else 0) like any math source.
+Problems read "What is a + b?" for a, b in 0..9, written as they are (data_prep's ``bare``
+template: no instruction), after one solved example (:data:`DEMONSTRATION`: the user asks "What
+is 2 + 5?" and the assistant answers ``\\boxed{7}``). The answer is scored by ``reward/score.py``'s
+math scorer (1 for the right ``\\boxed{}`` answer, else 0) like any math source.
 
 Why this task. SmolLM2-135M-Instruct almost never writes ``\\boxed{}`` zero-shot; with the
-demonstration it answers in that form in most responses and gets about a third of these sums right
-greedily but only about one in ten at temperature 1, so rewards are mixed from the first step and
-there is room to learn. A plain group-baseline policy gradient raises its held-out accuracy within
-ten steps, so the quickstart can show a policy getting better in minutes on a CPU.
+demonstration it answers in that form in most responses and gets about one held-out sum in ten right
+at the evaluation's temperature (0.6), fewer at the training temperature (1.0), so rewards are mixed
+from the first step and there is room to learn. A group-relative policy gradient raises its held-out
+accuracy within ten steps, so the quickstart can show a policy getting better in minutes on a CPU.
+
+Why no instruction. The prompt is most of what the actor computes (responses are about 8 tokens):
+data_prep's default ``boxed`` wording ("Please reason step by step, and put your final answer
+within \\boxed{}.") after both the demonstration and the problem made it 101 tokens; without it
+the prompt is 63 (SmolLM2's own system turn, the demonstration, the problem), each training step
+computes about two thirds of the tokens, and the start's answers keep their form. Measured with
+``scripts/screen_sums_prompts.py`` (``benchmarks/results/sums_prompts-*.json``).
 
 The split is by *unordered pair*: a held-out problem's two terms never appear together in a
 training problem, in either order (3 + 4 held out means 4 + 3 is held out too). It is also
@@ -37,6 +44,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from data_prep.math_prompts import render_math_prompt
 from dfpo.examples.toy_task import ArithmeticProblem, prepare_split_parquet, raw_lines
 
 MAX_TERM = 9
@@ -44,6 +52,7 @@ MIN_TEST_PROBLEMS = 40  # the held-out split's floor; HELD_OUT_FRACTION gives 41
 HELD_OUT_FRACTION = 0.42  # of each sum's problems
 SPLIT_SEED = 0
 DEMONSTRATION = ("What is 2 + 5?", "7")
+TEMPLATE = "bare"  # data_prep.math --template: the problem alone, the demonstration shows the answer's form
 DEMONSTRATION_PAIR = frozenset({2, 5})
 TRAIN_SOURCE, TEST_SOURCE = "digit_sums", "digit_sums_test"
 TRAIN_FILE, TEST_FILE = "digit_sums_train.parquet", "digit_sums_test.parquet"
@@ -95,29 +104,40 @@ def sums_split() -> tuple[list[SumProblem], list[SumProblem]]:
 
 
 def task_digest() -> str:
-    """A short digest of the task (the split, the demonstration, the sources): part of the
+    """A short digest of the task (the split, the template, the demonstration, the sources): part of the
     quickstart's run and evaluation names, so results made for another version of the task are
     never reused."""
     train, test = sums_split()
-    text = json.dumps([DEMONSTRATION, TRAIN_SOURCE, TEST_SOURCE, raw_lines(train), raw_lines(test)])
+    text = json.dumps([TEMPLATE, DEMONSTRATION, TRAIN_SOURCE, TEST_SOURCE, raw_lines(train), raw_lines(test)])
     return hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
 def is_current(data_dir: Path) -> bool:
-    """Whether ``data_dir`` holds this version of the task: both parquet files, and raw files
-    equal to what :func:`sums_split` gives now (an output root from an earlier version is rebuilt)."""
+    """Whether ``data_dir`` holds this version of the task: both parquet files, raw files equal to
+    what :func:`sums_split` gives now, and prompts in :data:`TEMPLATE` (an output root from an
+    earlier version is rebuilt)."""
     raw = data_dir / "raw"
     expected = dict(zip(RAW_FILES, map(raw_lines, sums_split()), strict=True))
-    return (data_dir / TRAIN_FILE).exists() and (data_dir / TEST_FILE).exists() and all(
+    files_current = (data_dir / TRAIN_FILE).exists() and (data_dir / TEST_FILE).exists() and all(
         (raw / name).exists() and (raw / name).read_text(encoding="utf-8") == text for name, text in expected.items()
     )
+    return files_current and all(_first_turn(data_dir / name) == render_math_prompt(DEMONSTRATION[0], TEMPLATE) for name in (TRAIN_FILE, TEST_FILE))
+
+
+def _first_turn(parquet: Path) -> str | None:
+    """The first message of the parquet's first prompt (the demonstration's question, as written)."""
+    import pyarrow.parquet as pq
+
+    prompts = pq.read_table(parquet, columns=["prompt"]).column("prompt").to_pylist()
+    return prompts[0][0]["content"] if prompts and prompts[0] else None
 
 
 def prepare_parquet(data_dir: Path) -> tuple[Path, Path]:
-    """The task as verl parquet in ``data_dir`` (train, held-out), through ``data_prep.math`` with
-    the demonstration turn (``--demonstration``).
+    """The task as verl parquet in ``data_dir`` (train, held-out), through ``data_prep.math`` in
+    :data:`TEMPLATE` with the demonstration turn (``--demonstration``).
 
     Raises ``RuntimeError`` with the command if the pipeline refuses a file."""
     return prepare_split_parquet(
-        data_dir, sums_split(), RAW_FILES, (TRAIN_SOURCE, TEST_SOURCE), (TRAIN_FILE, TEST_FILE), ("--demonstration", *DEMONSTRATION)
+        data_dir, sums_split(), RAW_FILES, (TRAIN_SOURCE, TEST_SOURCE), (TRAIN_FILE, TEST_FILE),
+        ("--template", TEMPLATE, "--demonstration", *DEMONSTRATION),
     )
