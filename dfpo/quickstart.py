@@ -24,7 +24,7 @@ Stages, each through the same command a user runs for the real thing:
 
 ``report/quickstart.json``::
 
-    {"model": "SmolLM2-135M-Instruct", "pretrained": true, "steps": N, "seed": s, "ranks": r,
+    {"model": "SmolLM2-135M-Instruct", "pretrained": true, "task": <digest>, "steps": N, "seed": s, "ranks": r,
      "precision": {"actor": {"requested": "auto", "dtype": "float32", "reason": "auto: no native bf16: ..."},
                    "rollout": {...},
                    "cpu": {"capability": "AVX2", "fp32_ms": ..., "bf16_ms": ..., "native_bf16": false, ...}},
@@ -39,7 +39,8 @@ Stages, each through the same command a user runs for the real thing:
 
 With ``--methods`` only the chosen methods are trained, timed and reported (``dfpo_gain`` and
 ``target_met`` need DFPO; the report's baseline is GSPO when it was trained, else the start).
-Every accuracy in it is the report's (``report/report.json``), which computes avg@k and its
+``task`` is :func:`dfpo.examples.sums_task.task_digest` (the split, the prompt's template and
+demonstration): a study recorded for another version of the task says so. Every accuracy in it is the report's (``report/report.json``), which computes avg@k and its
 bootstrap CI from ``evals/*/samples.jsonl``. The start is DFPO's validation before its first step
 (GSPO's run, which starts from the same model, skips that validation); with ``--methods gspo``
 alone, GSPO's. ``training_seconds`` splits each training run's time (``seconds``' ``train_<method>``) by verl's
@@ -459,6 +460,7 @@ def run(
     result = {
         "model": MODEL_NAME,
         "pretrained": True,
+        "task": task_digest(),
         "steps": steps,
         "seed": seed,
         "ranks": ranks,

@@ -148,6 +148,10 @@ def render_cpu_precision(files: list[Path], view: str | None, prefix: str) -> st
 
 
 def render_vllm_cpu_block_size(files: list[Path], view: str | None, prefix: str) -> str:
+    """Block size 128 against 32; with the view ``dtypes``, each dtype at the file's last block size
+    (the files that measured more than one)."""
+    if view == "dtypes":
+        return render_vllm_cpu_dtypes(files, prefix)
     rows = [
         "| file | processor | validation, 41 prompts x 8: block 128 / 32 (prompt tokens cached) | a training rollout, 4 x 8: block 128 / 32 |",
         "|---|---|---|---|",
@@ -162,6 +166,54 @@ def render_vllm_cpu_block_size(files: list[Path], view: str | None, prefix: str)
             cached = f" ({anchor['cached_prompt_tokens']:,} / {small['cached_prompt_tokens']:,} of {small['prompt_tokens']:,})" if workload.startswith("validation") else ""
             parts.append(f"{anchor['seconds']:.1f} s / {small['seconds']:.1f} s, {ratio:.2f}x{cached}")
         rows.append(f"| {link(path, prefix)} | {env['cpu']} ({env['cores']} vCPU; torch {env['torch']}, vllm {env['vllm']}) | {parts[0]} | {parts[1]} |")
+    return "\n".join(rows)
+
+
+def render_vllm_cpu_dtypes(files: list[Path], prefix: str) -> str:
+    rows = [
+        "| file | processor | prompt + response tokens | block | validation, 41 prompts x 8: float32 / bfloat16 | a training rollout, 4 x 8: float32 / bfloat16 |",
+        "|---|---|---|---|---|---|",
+    ]
+    measured = [(path, json.loads(path.read_text())) for path in files]
+    measured = [(path, d) for path, d in measured if "by_dtype" in d]
+    if not measured:
+        raise ResultsError(f"none of {[p.name for p in files]} measured more than one dtype (--dtypes float32 bfloat16)")
+    for path, d in measured:
+        env, by, ratio = d["environment"], d["by_dtype"], d["dtype_seconds_over_anchor"]
+        cells = [
+            f"{by['float32'][w]['seconds']:.1f} s / {by['bfloat16'][w]['seconds']:.1f} s, {ratio['bfloat16'][w]:.2f}x"
+            for w in ("validation_41x8", "training_step_4x8")
+        ]
+        rows.append(
+            f"| {link(path, prefix)} | {env['cpu']} ({env['cores']} vCPU; torch {env['torch']}, vllm {env['vllm']}) | "
+            f"{d['settings']['max_model_len']} | {d['dtype_block_size']} | {cells[0]} | {cells[1]} |"
+        )
+    return "\n".join(rows)
+
+
+def render_sums_prompts(files: list[Path], view: str | None, prefix: str) -> str:
+    """One row per template per file: prompt tokens, the start's held-out avg@8 at 0.6 and training
+    accuracy at 1.0 (means over the sampling seeds, each seed's in brackets), answers in \\boxed{}."""
+    rows = [
+        "| file | template | prompt tokens | held-out avg@8, temperature 0.6 (per seed) | training responses right, temperature 1.0 (per seed) | answers in `\\boxed{}` (held-out / training) | response tokens |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for path in files:
+        d = json.loads(path.read_text())
+        for template, entry in d["by_template"].items():
+            seeds = [entry["by_seed"][str(s)] for s in d["settings"]["seeds"]]
+            mean = entry["mean"]
+            per = {w: ", ".join(pct(s[w]["accuracy"]) for s in seeds) for w in ("held_out", "train")}
+            tokens = "-".join(str(t) for t in sorted({min(entry["prompt_tokens"]), max(entry["prompt_tokens"])}))
+            rows.append(
+                f"| {link(path, prefix)} | {template} | {tokens} | {pct(mean['held_out']['accuracy'])} ({per['held_out']}) | "
+                f"{pct(mean['train']['accuracy'])} ({per['train']}) | {pct(mean['held_out']['boxed'])} / {pct(mean['train']['boxed'])} | "
+                f"{mean['held_out']['response_tokens']:.1f} |"
+            )
+    rows.append("")
+    for path in files:
+        d = json.loads(path.read_text())
+        rows.append(f"{link(path, prefix)}: {machine(d)}; vLLM in {d['settings']['dtype']}, {d['settings']['k']} samples per problem, sampling seeds {d['settings']['seeds']}.")
     return "\n".join(rows)
 
 
@@ -240,6 +292,7 @@ RENDERERS = {
     "quickstart_seeds_negated": render_quickstart_seeds_negated,
     "cpu_precision": render_cpu_precision,
     "vllm_cpu_block_size": render_vllm_cpu_block_size,
+    "sums_prompts": render_sums_prompts,
 }
 
 

@@ -45,11 +45,14 @@ def test_data_prep_writes_the_demonstration_turn_and_reward_scores_it(tmp_path):
     rows = pd.read_parquet(test_file).to_dict(orient="records")
     assert {r["data_source"] for r in rows} == {sums_task.TEST_SOURCE}
     first, problem = rows[0], held_out[0]
+    # data_prep's bare template: the problems as written, the demonstration shows the \\boxed{} form
+    assert sums_task.TEMPLATE == "bare"
     assert [dict(m) for m in first["prompt"]] == [
-        {"role": "user", "content": "What is 2 + 5?" + BOXED_SUFFIX},
+        {"role": "user", "content": "What is 2 + 5?"},
         {"role": "assistant", "content": "\\boxed{7}"},
-        {"role": "user", "content": problem.problem + BOXED_SUFFIX},
+        {"role": "user", "content": problem.problem},
     ]
+    assert not any(BOXED_SUFFIX in m["content"] for row in rows for m in row["prompt"])
     truth = first["reward_model"]["ground_truth"]
     assert truth == problem.answer and first["extra_info"]["split"] == "test"
     assert compute_score(sums_task.TEST_SOURCE, f"\\boxed{{{truth}}}", truth)["score"] == 1.0
@@ -66,6 +69,14 @@ def test_an_output_root_from_another_version_of_the_task_is_rebuilt(tmp_path):
     assert sums_task.is_current(directory)
     raw = directory / "raw" / sums_task.RAW_FILES[1]
     raw.write_text(raw.read_text().replace('"id": "', '"id": "x', 1))  # as written by another split
+    assert not sums_task.is_current(directory)
+    prepare_parquet_if_stale(directory)
+    assert sums_task.is_current(directory)
+    # the same problems written in another template (an output root from before the bare prompts)
+    test_file = directory / sums_task.TEST_FILE
+    frame = pd.read_parquet(test_file)
+    frame["prompt"] = [[{**m, "content": m["content"] + BOXED_SUFFIX if m["role"] == "user" else m["content"]} for m in p] for p in frame["prompt"]]
+    frame.to_parquet(test_file)
     assert not sums_task.is_current(directory)
     prepare_parquet_if_stale(directory)
     assert sums_task.is_current(directory)
@@ -90,10 +101,21 @@ def test_data_prep_refuses_an_empty_demonstration(tmp_path, capsys):
     assert "--demonstration needs a non-empty problem and answer" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("template,reply", [("boxed", "\\boxed{7}"), ("dapo", "Answer: 7")])
+@pytest.mark.parametrize("template,reply", [("boxed", "\\boxed{7}"), ("dapo", "Answer: 7"), ("bare", "\\boxed{7}")])
 def test_the_demonstration_answers_in_the_templates_form(template, reply):
     from data_prep.math_prompts import math_messages
 
     messages = math_messages("What is 1 + 1?", template, ("What is 2 + 5?", "7"))
     assert [m["role"] for m in messages] == ["user", "assistant", "user"] and messages[1]["content"] == reply
     assert math_messages("What is 1 + 1?", template) == messages[2:]
+
+
+def test_the_bare_template_is_the_problem_alone_and_scores_like_boxed(tmp_path):
+    raw = tmp_path / "raw.jsonl"
+    raw.write_text('{"problem": "What is 1 + 1?", "answer": "2", "id": "b"}\n')
+    output = tmp_path / "bare.parquet"
+    assert data_prep_math(["--input", f"digit_sums={raw}", "--output", str(output), "--template", "bare",
+                           "--demonstration", "What is 2 + 5?", "7"]) == 0
+    (row,) = pd.read_parquet(output).to_dict(orient="records")
+    assert [m["content"] for m in row["prompt"]] == ["What is 2 + 5?", "\\boxed{7}", "What is 1 + 1?"]
+    assert compute_score(row["data_source"], "\\boxed{2}", row["reward_model"]["ground_truth"])["score"] == 1.0
