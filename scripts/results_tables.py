@@ -61,7 +61,8 @@ def machine(data: dict) -> str:
 def capability(run: dict) -> str:
     cpu = run["quickstart"]["precision"]["cpu"]
     native = "native bf16" if cpu["native_bf16"] else "no native bf16"
-    return f"{cpu['capability']} ({native}): actor {run['quickstart']['precision']['actor']['dtype']}"
+    precision = run["quickstart"]["precision"]
+    return f"{cpu['capability']} ({native}): actor {precision['actor']['dtype']}, vLLM {precision['rollout']['dtype']}"
 
 
 def finished(data: dict) -> list[dict]:

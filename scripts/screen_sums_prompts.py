@@ -1,6 +1,5 @@
 """Benchmark: the quickstart's prompt wording, what it costs and how the start answers, in one run.
 
-    python scripts/study_quickstart_seeds.py ...   # the learning itself: see that study
     python scripts/screen_sums_prompts.py [--output-root /tmp/sums_prompts] [--templates boxed bare] [--seeds 1 2 3]
 
 The prompt is most of what the quickstart's actor computes per step (responses are about 8
@@ -15,9 +14,10 @@ dtype ``auto`` picks on this processor unless ``--dtype``):
 * the training problems x 8 samples at training's temperature (1.0): how often a training
   response is right before any update (what gives the first steps' groups a signal);
 
-each scored by ``reward/score.py`` (the quickstart's scorer), once per ``--seeds`` (the sampling
-seed). Per template: the chat-templated prompt's tokens, and per seed and on average the accuracy,
-the fraction of responses with a ``\\boxed{}`` answer and the mean response length.
+each scored by ``reward/score.py`` (the quickstart's scorer), once per ``--seeds``: every sample
+is its own request, as verl's agent loop sends them, with its own seed drawn from the run's. Per
+template: the chat-templated prompt's tokens, and per seed and on average the accuracy, the
+fraction of responses with a ``\\boxed{}`` answer and the mean response length.
 
 Writes ``benchmarks/results/sums_prompts-<UTC time>-<cpu capability>.json``. Whether a wording
 also learns as well is the seed study's question (``scripts/study_quickstart_seeds.py``).
@@ -71,7 +71,9 @@ def measure(model_dir: Path, templates: list[str], seeds: list[int], dtype: str)
                 entry["prompt_tokens"] = sorted(lengths | set(entry["prompt_tokens"] or []))
                 requests = [text for text in texts for _ in range(K)]
                 answers = [p.answer for p in problems for _ in range(K)]
-                outputs = llm.generate(requests, SamplingParams(temperature=temperature, max_tokens=MAX_NEW, seed=seed), use_tqdm=False)
+                # every sample its own request with its own seed: reproducible, and a prompt's k samples differ
+                params = [SamplingParams(temperature=temperature, max_tokens=MAX_NEW, seed=seed * 1_000_003 + i) for i in range(len(requests))]
+                outputs = llm.generate(requests, params, use_tqdm=False)
                 responses = [o.outputs[0] for o in outputs]
                 right = [compute_score(source, r.text, answer)["score"] for r, answer in zip(responses, answers, strict=True)]
                 scores[name] = {
