@@ -4,8 +4,10 @@ Runs ``bash .ci/run`` (the README's test command: set-up of ``.venv`` on a fresh
 whole suite) as CI does, with pytest also writing a JUnit report, and writes
 ``benchmarks/results/ci_run-<UTC time>-<cpu capability>.json``: the wall time of the whole run and
 of its set-up, pytest's counts (passed, failed, skipped), the seconds of each test module (set-up
-of module fixtures included: that is where the e2e runs are), the slowest tests, the machine, the
-commit and the stack's versions. BENCHMARKS.md quotes the newest through ``scripts/results_tables.py``.
+of module fixtures included: that is where the e2e runs are), the slowest tests, what the 2-node
+test measured of a lost node and a preemption (the lines it prints, read from the report's captured
+stderr: ``recovery``), the machine, the commit and the stack's versions. BENCHMARKS.md, docs/cpu.md
+and docs/recipes.md quote the newest through ``scripts/results_tables.py``.
 
 Run it where nothing else runs (a quiet machine: the figure is CI's budget) and from a fresh clone
 (``git clone <repo> /tmp/ci && cd /tmp/ci && python3 scripts/record_ci_run.py``), then copy the
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -28,6 +31,15 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SETUP_DONE_MARK = "[setup] .venv ready"
+# what tests/e2e/test_multi_node_cpu.py prints (to stderr) of its cluster, the lost node and the
+# preemption: each pattern's groups become the named fields of the record's ``recovery``
+RECOVERY_LINES = (
+    (re.compile(r"2-node cluster up in (\d+) s"), ("cluster_up_s",)),
+    (re.compile(r"first run: worker node lost after step 1's checkpoint \((\d+) processes killed\); the run ended (\d+) s later"),
+     ("processes_killed", "node_loss_to_exit_s")),
+    (re.compile(r"preempted run: SIGTERM after step (\d+); the run ended (\d+) s later"), ("sigterm_after_step", "sigterm_to_exit_s")),
+    (re.compile(r"ray job submit run \(resumed on 2 nodes after the SIGTERM'd launch\), followed: (\d+) s"), ("resumed_job_s",)),
+)
 
 
 def module_of(classname: str) -> str:
@@ -58,18 +70,32 @@ def junit_summary(path: Path) -> dict:
             counts["skipped"] += 1
         else:
             counts["passed"] += 1
+    captured = "\n".join(element.text or "" for element in suite.iter("system-err"))
     return {
         "pytest_seconds": round(float(suite.get("time", 0.0)), 1),
+        "recovery": recovery(captured),
         **counts,
         "seconds_per_module": {name: round(seconds, 1) for name, seconds in sorted(per_module.items(), key=lambda item: -item[1])},
         "slowest_tests": [[name, round(seconds, 1)] for name, seconds in sorted(tests, key=lambda item: -item[1])[:15]],
     }
 
 
+def recovery(captured: str) -> dict[str, int]:
+    """The 2-node test's measurements in ``captured`` (its printed lines; fields absent when a line is)."""
+    found: dict[str, int] = {}
+    for pattern, names in RECOVERY_LINES:
+        match = pattern.search(captured)
+        if match:
+            found.update({name: int(value) for name, value in zip(names, match.groups(), strict=True)})
+    return found
+
+
 def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         junit = Path(tmp) / "junit.xml"
-        env = {**os.environ, "PYTEST_ADDOPTS": f"{os.environ.get('PYTEST_ADDOPTS', '')} --junitxml={junit}".strip()}
+        # the report keeps each test's captured stderr: the 2-node test's measurements
+        addopts = f"{os.environ.get('PYTEST_ADDOPTS', '')} --junitxml={junit} -o junit_logging=system-err".strip()
+        env = {**os.environ, "PYTEST_ADDOPTS": addopts}
         started = time.monotonic()
         setup_seconds = None
         process = subprocess.Popen(["bash", ".ci/run"], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

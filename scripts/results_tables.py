@@ -263,7 +263,10 @@ def render_reward(files: list[Path], view: str | None, prefix: str) -> str:
 
 
 def render_ci_run(files: list[Path], view: str | None, prefix: str) -> str:
-    """One row per recorded CI run; with the view ``modules``, the newest run's slowest modules."""
+    """One row per recorded CI run; with the view ``modules``, the newest run's slowest modules; with
+    ``recovery``, what the newest run's 2-node test measured of a lost node and a preemption."""
+    if view == "recovery":
+        return render_recovery(files, prefix)
     if view == "modules":
         path = files[-1]
         d = json.loads(path.read_text())
@@ -281,6 +284,26 @@ def render_ci_run(files: list[Path], view: str | None, prefix: str) -> str:
             f"| {link(path, prefix)} | {env['cpu']}, {env['cores']} cores; commit {env['commit']}, {env['date'][:10]} | {minutes} | "
             f"{d['setup_seconds']:.0f} s | {d['pytest_seconds']:.0f} s | {d['passed']} / {d['failed'] + d['errors']} / {d['skipped']} | {d['exit_status']} |"
         )
+    return "\n".join(rows)
+
+
+def render_recovery(files: list[Path], prefix: str) -> str:
+    recorded = [(path, json.loads(path.read_text())) for path in files]
+    recorded = [(path, d) for path, d in recorded if d.get("recovery")]
+    if not recorded:
+        raise ResultsError(f"none of {[p.name for p in files]} recorded the 2-node test's measurements (recovery)")
+    path, d = recorded[-1]
+    r = d["recovery"]
+    rows = [
+        "| what the 2-node test did | measured |",
+        "|---|---|",
+        f"| start the 2-node cluster (`scripts/launch/ray_cluster.sh head`, `worker`, `wait`) | {r['cluster_up_s']} s |",
+        f"| kill the worker node's Ray processes after step 1's checkpoint ({r['processes_killed']} processes): the driver names the node and exits 75 | {r['node_loss_to_exit_s']} s from the kill to the exit |",
+        f"| SIGTERM to the relaunch once step {r['sigterm_after_step']} was logged: the step is finished and checkpointed, exit 75 | {r['sigterm_to_exit_s']} s from the signal to the exit |",
+        f"| the relaunch as a Ray job (`ray job submit`), followed to its end: it resumes after the stopped step and finishes the run | {r['resumed_job_s']} s |",
+        "",
+        f"{machine(d)}; in a whole CI run (`python3 scripts/record_ci_run.py`). File: {link(path, prefix)}.",
+    ]
     return "\n".join(rows)
 
 

@@ -32,3 +32,38 @@ def test_the_junit_report_gives_counts_seconds_per_module_and_the_slowest(tmp_pa
     assert (summary["passed"], summary["failed"], summary["errors"], summary["skipped"]) == (2, 1, 0, 1)
     assert summary["seconds_per_module"] == {"tests/e2e/test_quickstart_cpu.py": 103.0, "tests/dfpo/test_loss.py": 3.0}
     assert summary["slowest_tests"][0] == ["tests/e2e/test_quickstart_cpu.py::test_a", 100.0]
+
+
+MULTI_NODE_STDERR = """2-node cluster up in 18 s
+first run: worker node lost after step 1's checkpoint (9 processes killed); the run ended 17 s later
+preempted run: SIGTERM after step 2; the run ended 10 s later
+ray job submit run (resumed on 2 nodes after the SIGTERM'd launch), followed: 83 s
+"""
+
+
+def test_the_two_node_tests_measurements_are_read_from_its_captured_stderr(tmp_path):
+    junit = JUNIT.replace(
+        '<testcase classname="tests.dfpo.test_loss" name="test_d" time="0.5">',
+        f'<testcase classname="tests.e2e.test_multi_node_cpu" name="test_e" time="9.0"><system-err>{MULTI_NODE_STDERR}</system-err></testcase>'
+        '<testcase classname="tests.dfpo.test_loss" name="test_d" time="0.5">',
+    )
+    path = tmp_path / "junit.xml"
+    path.write_text(junit)
+    assert _record().junit_summary(path)["recovery"] == {
+        "cluster_up_s": 18, "processes_killed": 9, "node_loss_to_exit_s": 17,
+        "sigterm_after_step": 2, "sigterm_to_exit_s": 10, "resumed_job_s": 83,
+    }
+
+
+def test_the_patterns_are_the_lines_the_two_node_test_prints():
+    """Each pattern matches what tests/e2e/test_multi_node_cpu.py's print calls write (their
+    f-strings with numbers in place): a reworded print would leave the record without it."""
+    import re
+
+    from dfpo.benchmark_record import REPO_ROOT
+
+    source = (REPO_ROOT / "tests" / "e2e" / "test_multi_node_cpu.py").read_text()
+    printed = [re.sub(r"\{[^}]*\}", "7", text) for text in re.findall(r'print\(f"([^"]*)", file=sys.stderr\)', source)]
+    for pattern, _ in _record().RECOVERY_LINES:
+        assert any(pattern.search(line) for line in printed), (pattern.pattern, printed)
+    assert _record().recovery("nothing measured") == {}
