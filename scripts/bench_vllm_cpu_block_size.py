@@ -3,7 +3,7 @@
     python scripts/bench_vllm_cpu_block_size.py [--output-root /tmp/bench_block_size] [--block-sizes 128 32] [--dtypes float32 bfloat16]
 
 vLLM's CPU backend uses KV blocks of 128 tokens unless told otherwise, and its prefix cache reuses
-only whole blocks: the quickstart's prompts are 63 tokens (101 in data_prep's boxed wording), so with the default no prompt ever
+only whole blocks: the quickstart's prompts are 101-104 tokens, so with the default no prompt ever
 reuses another's computation, although the k samples of a prompt share all of it and every prompt
 shares the system turn and the demonstration. This runs the quickstart's two rollout workloads on
 its own model (SmolLM2-135M-Instruct under ``--output-root``), through vLLM's offline engine with

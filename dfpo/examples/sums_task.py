@@ -1,22 +1,21 @@
 """The CPU quickstart's task: single-digit sums with one demonstration turn.
 
-Problems read "What is a + b?" for a, b in 0..9, written as they are (data_prep's ``bare``
-template: no instruction), after one solved example (:data:`DEMONSTRATION`: the user asks "What
-is 2 + 5?" and the assistant answers ``\\boxed{7}``). The answer is scored by ``reward/score.py``'s
-math scorer (1 for the right ``\\boxed{}`` answer, else 0) like any math source.
+Problems read "What is a + b?" for a, b in 0..9, in data_prep's ``boxed`` template, after one
+solved example (:data:`DEMONSTRATION`: the user asks "What is 2 + 5? ..." and the assistant answers
+``\\boxed{7}``). The answer is scored by ``reward/score.py``'s math scorer (1 for the right
+``\\boxed{}`` answer, else 0) like any math source.
 
 Why this task. SmolLM2-135M-Instruct almost never writes ``\\boxed{}`` zero-shot; with the
-demonstration it answers in that form in most responses and gets about one held-out sum in ten right
-at the evaluation's temperature (0.6), fewer at the training temperature (1.0), so rewards are mixed
-from the first step and there is room to learn. A group-relative policy gradient raises its held-out
-accuracy within ten steps, so the quickstart can show a policy getting better in minutes on a CPU.
+demonstration it answers in that form in most responses and gets about a third of these sums right
+greedily but only about one in ten at temperature 1, so rewards are mixed from the first step and
+there is room to learn. A plain group-baseline policy gradient raises its held-out accuracy within
+ten steps, so the quickstart can show a policy getting better in minutes on a CPU.
 
-Why no instruction. The prompt is most of what the actor computes (responses are about 8 tokens):
-data_prep's default ``boxed`` wording ("Please reason step by step, and put your final answer
-within \\boxed{}.") after both the demonstration and the problem made it 101 tokens; without it
-the prompt is 63 (SmolLM2's own system turn, the demonstration, the problem), each training step
-computes about two thirds of the tokens, and the start's answers keep their form. Measured with
-``scripts/screen_sums_prompts.py`` (``benchmarks/results/sums_prompts-*.json``).
+The prompt is most of what the actor computes per step (101 tokens against responses of about 8).
+data_prep's ``bare`` template (the problem alone, the demonstration showing the ``\\boxed{}`` form)
+makes it 63 tokens and keeps the start's answers (``scripts/screen_sums_prompts.py``), but in its
+seed study one of two seeds collapsed onto one answer (docs/cpu.md, "The main job on CPU"): the
+quickstart keeps ``boxed``.
 
 The split is by *unordered pair*: a held-out problem's two terms never appear together in a
 training problem, in either order (3 + 4 held out means 4 + 3 is held out too). It is also
@@ -52,7 +51,7 @@ MIN_TEST_PROBLEMS = 40  # the held-out split's floor; HELD_OUT_FRACTION gives 41
 HELD_OUT_FRACTION = 0.42  # of each sum's problems
 SPLIT_SEED = 0
 DEMONSTRATION = ("What is 2 + 5?", "7")
-TEMPLATE = "bare"  # data_prep.math --template: the problem alone, the demonstration shows the answer's form
+TEMPLATE = "boxed"  # data_prep.math --template (docs/cpu.md: the bare template was tried)
 DEMONSTRATION_PAIR = frozenset({2, 5})
 TRAIN_SOURCE, TEST_SOURCE = "digit_sums", "digit_sums_test"
 TRAIN_FILE, TEST_FILE = "digit_sums_train.parquet", "digit_sums_test.parquet"
