@@ -72,8 +72,9 @@ os.makedirs(os.path.join(cfg.trainer.default_local_dir, f"global_step_{steps}", 
 """
 
 
-@pytest.fixture
-def smoke(tmp_path):
+def _smoke(tmp_path):
+    """gpu_smoke.sh with stand-ins for python3 (the doctor, dfpo.main, the evaluation) under
+    ``tmp_path``: (tmp_path, run), ``run(*args, **env)`` one invocation."""
     python = tmp_path / "python3"
     python.write_text(FAKE_PYTHON)
     python.chmod(0o755)
@@ -105,9 +106,21 @@ def smoke(tmp_path):
     return tmp_path, run
 
 
-def test_gpu_smoke_runs_every_stage_and_passes(smoke):
-    tmp_path, run = smoke
-    result = run()
+@pytest.fixture
+def smoke(tmp_path):
+    return _smoke(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory):
+    """One invocation with the defaults (GPU mode, every stand-in succeeding), shared by the tests
+    that only read what it did: (tmp_path, its CompletedProcess)."""
+    tmp_path, run = _smoke(tmp_path_factory.mktemp("gpu_smoke"))
+    return tmp_path, run()
+
+
+def test_gpu_smoke_runs_every_stage_and_passes(default_run):
+    tmp_path, result = default_run
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     summary = result.stdout.split("gpu_smoke summary", 1)[1]
     for stage in STAGES:
@@ -131,7 +144,7 @@ def test_gpu_smoke_runs_every_stage_and_passes(smoke):
 
 
 @pytest.mark.slow
-def test_gpu_smoke_gpu_mode_commands_compose_in_verl_and_every_key_is_read(smoke):
+def test_gpu_smoke_gpu_mode_commands_compose_in_verl_and_every_key_is_read(default_run):
     """GPU mode as far as it goes without a GPU: both training launches' exact arguments (the GPU
     recipe recipes/run_dfpo_min_replace_qwen3_0p6b.sh with the smoke's SMOKE_LR, update-KL and
     bypass-mode keys) compose in verl 0.9.1's Hydra config with dfpo's, build verl's actor config
@@ -142,8 +155,8 @@ def test_gpu_smoke_gpu_mode_commands_compose_in_verl_and_every_key_is_read(smoke
     from tests.recipes.recipe_commands import keys_set
     from tests.recipes.verl_readers import reader_of, running_reader
 
-    tmp_path, run = smoke
-    assert run().returncode == 0
+    tmp_path, result = default_run
+    assert result.returncode == 0
     launches = [json.loads(line) for line in (tmp_path / "main_argv.jsonl").read_text().splitlines()]
     assert len(launches) == 2
     for overrides in launches:
@@ -161,7 +174,7 @@ def test_gpu_smoke_gpu_mode_commands_compose_in_verl_and_every_key_is_read(smoke
 
 
 @pytest.mark.slow
-def test_gpu_smoke_gpu_mode_training_launch_runs_for_real_until_cuda_is_needed(smoke):
+def test_gpu_smoke_gpu_mode_training_launch_runs_for_real_until_cuda_is_needed(default_run):
     """The GPU mode's 2-step training launch, with exactly the arguments gpu_smoke passes (the GPU
     recipe's settings: packing, dynamic batching, fsdp2, vLLM, device cuda), run through the real
     ``python -m dfpo.main`` on this machine without a GPU, Ray given one logical GPU (and CPUs for
@@ -172,8 +185,8 @@ def test_gpu_smoke_gpu_mode_training_launch_runs_for_real_until_cuda_is_needed(s
     from dfpo.examples.tiny_model import TinyModelSpec, build_char_tokenizer, save_untrained_model
     from tests.e2e.recipe_runs import run_command
 
-    tmp_path, run = smoke
-    assert run().returncode == 0
+    tmp_path, result = default_run
+    assert result.returncode == 0
     launch = json.loads((tmp_path / "main_argv.jsonl").read_text().splitlines()[0])
     assert f"actor_rollout_ref.model.path='{tmp_path}/Qwen3-0.6B'" in launch and "base_model=qwen3_0p6b" in launch  # one GPU: the model file's
     save_untrained_model(tmp_path / "Qwen3-0.6B", TinyModelSpec(), build_char_tokenizer())
