@@ -194,17 +194,16 @@ def render_vllm_cpu_dtypes(files: list[Path], prefix: str) -> str:
 
 def render_sums_prompts(files: list[Path], view: str | None, prefix: str) -> str:
     """One row per template per file: prompt tokens, the start's held-out avg@8 at 0.6 and training
-    accuracy at 1.0 (means over the sampling seeds, each seed's in brackets), answers in \\boxed{}."""
+    accuracy at 1.0 (means over the repeats, each repeat's in brackets), answers in \\boxed{}."""
     rows = [
-        "| file | template | prompt tokens | held-out avg@8, temperature 0.6 (per seed) | training responses right, temperature 1.0 (per seed) | answers in `\\boxed{}` (held-out / training) | response tokens |",
+        "| file | template | prompt tokens | held-out avg@8, temperature 0.6 (per repeat) | training responses right, temperature 1.0 (per repeat) | answers in `\\boxed{}` (held-out / training) | response tokens |",
         "|---|---|---|---|---|---|---|",
     ]
     for path in files:
         d = json.loads(path.read_text())
         for template, entry in d["by_template"].items():
-            seeds = [entry["by_seed"][str(s)] for s in d["settings"]["seeds"]]
             mean = entry["mean"]
-            per = {w: ", ".join(pct(s[w]["accuracy"]) for s in seeds) for w in ("held_out", "train")}
+            per = {w: ", ".join(pct(r[w]["accuracy"]) for r in entry["by_repeat"]) for w in ("held_out", "train")}
             tokens = "-".join(str(t) for t in sorted({min(entry["prompt_tokens"]), max(entry["prompt_tokens"])}))
             rows.append(
                 f"| {link(path, prefix)} | {template} | {tokens} | {pct(mean['held_out']['accuracy'])} ({per['held_out']}) | "
@@ -214,7 +213,7 @@ def render_sums_prompts(files: list[Path], view: str | None, prefix: str) -> str
     rows.append("")
     for path in files:
         d = json.loads(path.read_text())
-        rows.append(f"{link(path, prefix)}: {machine(d)}; vLLM in {d['settings']['dtype']}, {d['settings']['k']} samples per problem, sampling seeds {d['settings']['seeds']}.")
+        rows.append(f"{link(path, prefix)}: {machine(d)}; vLLM in {d['settings']['dtype']}, {d['settings']['k']} samples per problem, {d['settings']['repeats']} draws from an engine seeded {d['settings']['seed']}.")
     return "\n".join(rows)
 
 

@@ -1,6 +1,6 @@
 """Benchmark: the quickstart's prompt wording, what it costs and how the start answers, in one run.
 
-    python scripts/screen_sums_prompts.py [--output-root /tmp/sums_prompts] [--templates boxed bare] [--seeds 1 2 3]
+    python scripts/screen_sums_prompts.py [--output-root /tmp/sums_prompts] [--templates boxed bare] [--repeats 3] [--seed 1]
 
 The prompt is most of what the quickstart's actor computes per step (responses are about 8
 tokens), so its length sets a training step's cost. This writes the sums task (the quickstart's
@@ -14,10 +14,11 @@ dtype ``auto`` picks on this processor unless ``--dtype``):
 * the training problems x 8 samples at training's temperature (1.0): how often a training
   response is right before any update (what gives the first steps' groups a signal);
 
-each scored by ``reward/score.py`` (the quickstart's scorer), once per ``--seeds``: every sample
-is its own request, as verl's agent loop sends them, with its own seed drawn from the run's. Per
-template: the chat-templated prompt's tokens, and per seed and on average the accuracy, the
-fraction of responses with a ``\\boxed{}`` answer and the mean response length.
+each scored by ``reward/score.py`` (the quickstart's scorer), every sample its own request as
+verl's agent loop sends them, ``--repeats`` times: fresh draws from one engine seeded with
+``--seed`` (vLLM's CPU sampler takes no per-request seed). Per template: the chat-templated
+prompt's tokens, and per repeat and on average the accuracy, the fraction of responses with a
+``\\boxed{}`` answer and the mean response length.
 
 Writes ``benchmarks/results/sums_prompts-<UTC time>-<cpu capability>.json``. Whether a wording
 also learns as well is the seed study's question (``scripts/study_quickstart_seeds.py``).
@@ -41,8 +42,8 @@ TRAIN_TEMPERATURE = 1.0
 BOXED = re.compile(r"\\boxed\{")
 
 
-def measure(model_dir: Path, templates: list[str], seeds: list[int], dtype: str) -> dict:
-    """Every template's prompt length and, per seed, the two workloads' scores (in this process)."""
+def measure(model_dir: Path, templates: list[str], repeats: int, seed: int, dtype: str) -> dict:
+    """Every template's prompt length and, per repeat, the two workloads' scores (in this process)."""
     from transformers import AutoTokenizer
     from vllm import LLM, SamplingParams
 
@@ -59,11 +60,11 @@ def measure(model_dir: Path, templates: list[str], seeds: list[int], dtype: str)
         for t in templates for p in train + held_out
     )
     llm = LLM(model=str(model_dir), dtype=dtype, enforce_eager=True, max_model_len=longest + MAX_NEW,
-              enable_prefix_caching=True, block_size=BLOCK_SIZE, seed=seeds[0])
+              enable_prefix_caching=True, block_size=BLOCK_SIZE, seed=seed)
     result = {}
     for template in templates:
-        entry = {"prompt_tokens": None, "by_seed": {}}
-        for seed in seeds:
+        entry = {"prompt_tokens": None, "by_repeat": []}
+        for _ in range(repeats):
             scores = {}
             for name, (problems, source, temperature) in workloads.items():
                 texts = [tokenizer.apply_chat_template(math_messages(p.problem, template, DEMONSTRATION), add_generation_prompt=True, tokenize=False) for p in problems]
@@ -71,9 +72,7 @@ def measure(model_dir: Path, templates: list[str], seeds: list[int], dtype: str)
                 entry["prompt_tokens"] = sorted(lengths | set(entry["prompt_tokens"] or []))
                 requests = [text for text in texts for _ in range(K)]
                 answers = [p.answer for p in problems for _ in range(K)]
-                # every sample its own request with its own seed: reproducible, and a prompt's k samples differ
-                params = [SamplingParams(temperature=temperature, max_tokens=MAX_NEW, seed=seed * 1_000_003 + i) for i in range(len(requests))]
-                outputs = llm.generate(requests, params, use_tqdm=False)
+                outputs = llm.generate(requests, SamplingParams(temperature=temperature, max_tokens=MAX_NEW), use_tqdm=False)
                 responses = [o.outputs[0] for o in outputs]
                 right = [compute_score(source, r.text, answer)["score"] for r, answer in zip(responses, answers, strict=True)]
                 scores[name] = {
@@ -83,9 +82,9 @@ def measure(model_dir: Path, templates: list[str], seeds: list[int], dtype: str)
                     "boxed": round(sum(bool(BOXED.search(r.text)) for r in responses) / len(responses), 4),
                     "response_tokens": round(sum(len(r.token_ids) for r in responses) / len(responses), 2),
                 }
-            entry["by_seed"][str(seed)] = scores
+            entry["by_repeat"].append(scores)
         entry["mean"] = {
-            name: {key: round(sum(entry["by_seed"][str(s)][name][key] for s in seeds) / len(seeds), 4) for key in ("accuracy", "boxed", "response_tokens")}
+            name: {key: round(sum(r[name][key] for r in entry["by_repeat"]) / repeats, 4) for key in ("accuracy", "boxed", "response_tokens")}
             for name in workloads
         }
         result[template] = entry
@@ -96,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output-root", type=Path, default=Path("/tmp/sums_prompts"))
     parser.add_argument("--templates", nargs="+", default=["boxed", "bare"], help="data_prep.math templates; the first is the anchor")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="vLLM sampling seeds")
+    parser.add_argument("--repeats", type=int, default=3, help="fresh draws of every workload per template")
+    parser.add_argument("--seed", type=int, default=1, help="the engine's seed")
     parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto", help="the engine's dtype (auto: as the quickstart's rollout)")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # internal: measure in this process
     args = parser.parse_args(argv)
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     model_dir, _, _ = prepare_pretrained(args.output_root.resolve(), log=lambda message: print(message, file=sys.stderr))
     dtype = cpu_precision.choose("ROLLOUT_DTYPE", args.dtype).dtype
     if args.one:
-        print(json.dumps(measure(model_dir, args.templates, args.seeds, dtype)))
+        print(json.dumps(measure(model_dir, args.templates, args.repeats, args.seed, dtype)))
         return 0
     from dfpo.benchmark_record import environment, write_result
     from dfpo.cpu.vllm_cpu import omp_threads_bind
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python scripts/screen_sums_prompts.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "environment": environment(),
         "settings": {"k": K, "max_new_tokens": MAX_NEW, "dtype": dtype, "block_size": BLOCK_SIZE, "enforce_eager": True,
-                     "seeds": args.seeds, "anchor": args.templates[0]},
+                     "repeats": args.repeats, "seed": args.seed, "anchor": args.templates[0]},
         "by_template": by_template,
     }
     path = write_result("sums_prompts", cpu_precision.probe().capability, result)
