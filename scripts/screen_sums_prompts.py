@@ -8,7 +8,7 @@ split and demonstration turn, :mod:`dfpo.examples.sums_task`) in each of data_pr
 templates through data_prep's own message builder (``data_prep.math_prompts.math_messages``), and
 samples the quickstart's model (SmolLM2-135M-Instruct under ``--output-root``) on it with vLLM's
 offline engine at the CPU rollout's settings (eager, prefix caching with 32-token blocks, the
-dtype ``auto`` picks on this processor unless ``--dtype``):
+dtype ``auto`` picks on this processor unless ``--dtype``; the quickstart's rollout itself computes in float32):
 
 * the held-out problems x 8 samples at the evaluation's temperature (0.6): the start's avg@8;
 * the training problems x 8 samples at training's temperature (1.0): how often a training
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--templates", nargs="+", default=["boxed", "bare"], help="data_prep.math templates; the first is the anchor")
     parser.add_argument("--repeats", type=int, default=3, help="fresh draws of every workload per template")
     parser.add_argument("--seed", type=int, default=1, help="the engine's seed")
-    parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto", help="the engine's dtype (auto: as the quickstart's rollout)")
+    parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto", help="the engine's dtype (auto: bf16 where this processor computes it natively, else float32)")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # internal: measure in this process
     args = parser.parse_args(argv)
     from data_prep.math_prompts import TEMPLATES
