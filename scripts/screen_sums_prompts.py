@@ -55,22 +55,25 @@ def measure(model_dir: Path, templates: list[str], repeats: int, seed: int, dtyp
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     train, held_out = sums_split()
     workloads = {"held_out": (held_out, TEST_SOURCE, EVAL_TEMPERATURE), "train": (train, TRAIN_SOURCE, TRAIN_TEMPERATURE)}
-    longest = max(
-        len(tokenizer(tokenizer.apply_chat_template(math_messages(p.problem, t, DEMONSTRATION), add_generation_prompt=True, tokenize=False))["input_ids"])
-        for t in templates for p in train + held_out
-    )
+    # every template's chat-templated prompts, once: {template: {workload: [text, ...]}}
+    texts = {
+        template: {
+            name: [tokenizer.apply_chat_template(math_messages(p.problem, template, DEMONSTRATION), add_generation_prompt=True, tokenize=False) for p in problems]
+            for name, (problems, _, _) in workloads.items()
+        }
+        for template in templates
+    }
+    lengths = {template: sorted({len(tokenizer(text)["input_ids"]) for name in workloads for text in texts[template][name]}) for template in templates}
+    longest = max(max(found) for found in lengths.values())
     llm = LLM(model=str(model_dir), dtype=dtype, enforce_eager=True, max_model_len=longest + MAX_NEW,
               enable_prefix_caching=True, block_size=BLOCK_SIZE, seed=seed)
     result = {}
     for template in templates:
-        entry = {"prompt_tokens": None, "by_repeat": []}
+        entry = {"prompt_tokens": lengths[template], "by_repeat": []}
         for _ in range(repeats):
             scores = {}
             for name, (problems, source, temperature) in workloads.items():
-                texts = [tokenizer.apply_chat_template(math_messages(p.problem, template, DEMONSTRATION), add_generation_prompt=True, tokenize=False) for p in problems]
-                lengths = {len(tokenizer(text)["input_ids"]) for text in texts}
-                entry["prompt_tokens"] = sorted(lengths | set(entry["prompt_tokens"] or []))
-                requests = [text for text in texts for _ in range(K)]
+                requests = [text for text in texts[template][name] for _ in range(K)]
                 answers = [p.answer for p in problems for _ in range(K)]
                 outputs = llm.generate(requests, SamplingParams(temperature=temperature, max_tokens=MAX_NEW), use_tqdm=False)
                 responses = [o.outputs[0] for o in outputs]
