@@ -502,8 +502,8 @@ def main(argv: list[str] | None = None) -> int:
         help="the training actor's compute dtype (default: $ACTOR_DTYPE or auto: bf16 where this CPU computes it natively, else fp32)",
     )
     parser.add_argument(
-        "--rollout-dtype", default=os.environ.get("ROLLOUT_DTYPE", "float32"), choices=("auto", "float32", "bfloat16"),
-        help="verl's vLLM engine's dtype, of training's and the held-out evaluation's samples (default: $ROLLOUT_DTYPE or float32)",
+        "--rollout-dtype", default=os.environ.get("ROLLOUT_DTYPE", "auto"), choices=("auto", "float32", "bfloat16"),
+        help="verl's vLLM engine's dtype, of training's and the held-out evaluation's samples (default: $ROLLOUT_DTYPE or auto: bf16 where this CPU computes it natively, else float32)",
     )
     parser.add_argument(
         "--override", action="append", default=[], metavar="KEY=VALUE",
