@@ -177,11 +177,18 @@ def recipe_env(root: Path, steps: int, seed: int, knobs: dict[str, str], experim
     }
 
 
+# The final checkpoint holds the weights only: it is there to be merged into a Hugging Face model
+# (verl.model_merger) and nothing resumes from it (SAVE_FREQ is the run's steps, and a finished run is
+# reused whole), so Adam's two moments, twice the weights' size, are not written.
+CHECKPOINT_OVERRIDES = ("actor_rollout_ref.actor.checkpoint.save_contents=[model]",)
+
+
 def launch_overrides(method: Method, env: dict[str, str], overrides: tuple[str, ...]) -> list[str]:
     """The Hydra overrides of ``python -m dfpo.main`` for ``method``'s recipe on the quickstart's
-    model under the knobs ``env`` and this environment, then ``overrides`` (:mod:`dfpo.recipe`)."""
+    model under the knobs ``env`` and this environment, then :data:`CHECKPOINT_OVERRIDES` and
+    ``overrides`` (:mod:`dfpo.recipe`)."""
     try:
-        return [*recipe_overrides(method.recipe_method, RECIPE_MODEL, {**os.environ, **env}), *overrides]
+        return [*recipe_overrides(method.recipe_method, RECIPE_MODEL, {**os.environ, **env}), *CHECKPOINT_OVERRIDES, *overrides]
     except RecipeError as error:
         raise StageFailed(f"recipe {method.recipe_method} x {RECIPE_MODEL}: {error}") from None
 

@@ -6,7 +6,8 @@ whole suite) as CI does, with pytest also writing a JUnit report, and writes
 of its set-up, pytest's counts (passed, failed, skipped), the seconds of each test module (set-up
 of module fixtures included: that is where the e2e runs are), the slowest tests, what the 2-node
 test measured of a lost node and a preemption (the lines it prints, read from the report's captured
-stderr: ``recovery``), the machine, the commit and the stack's versions. BENCHMARKS.md, docs/cpu.md
+stderr: ``recovery``), the session's disk (the summary line of ``tests/disk_space.py``: ``disk``),
+the machine, the commit and the stack's versions. BENCHMARKS.md, docs/cpu.md
 and docs/recipes.md quote the newest through ``scripts/results_tables.py``.
 
 Run it where nothing else runs (a quiet machine: the figure is CI's budget) and from a fresh clone
@@ -40,6 +41,20 @@ RECOVERY_LINES = (
     (re.compile(r"preempted run: SIGTERM after step (\d+); the run ended (\d+) s later"), ("sigterm_after_step", "sigterm_to_exit_s")),
     (re.compile(r"ray job submit run \(resumed on 2 nodes after the SIGTERM'd launch\), followed: (\d+) s"), ("resumed_job_s",)),
 )
+# the last line of tests/disk_space.py's terminal summary
+DISK_LINE = re.compile(
+    r"disk: ([\d.]+) GB free under \S+ at the start, ([\d.]+) GB at the lowest \(before (.+)\), ([\d.]+) GB at the end: "
+    r"the session used up to ([\d.]+) GB"
+)
+
+
+def disk(output: str) -> dict:
+    """The session's disk as its summary line gives it (empty if the run printed none)."""
+    match = DISK_LINE.search(output)
+    if not match:
+        return {}
+    start, lowest, before, end, used = match.groups()
+    return {"free_start_gb": float(start), "free_lowest_gb": float(lowest), "lowest_before": before, "free_end_gb": float(end), "used_peak_gb": float(used)}
 
 
 def module_of(classname: str) -> str:
@@ -98,11 +113,13 @@ def main() -> int:
         env = {**os.environ, "PYTEST_ADDOPTS": addopts}
         started = time.monotonic()
         setup_seconds = None
+        output = []
         process = subprocess.Popen(["bash", ".ci/run"], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert process.stdout is not None
         for line in process.stdout:
             sys.stdout.write(line)
             sys.stdout.flush()
+            output.append(line)
             if setup_seconds is None and line.startswith(SETUP_DONE_MARK):
                 setup_seconds = round(time.monotonic() - started, 1)
         returncode = process.wait()
@@ -113,6 +130,7 @@ def main() -> int:
             "exit_status": returncode,
             "seconds": total,
             "setup_seconds": setup_seconds,
+            "disk": disk("".join(output)),
             **(junit_summary(junit) if junit.exists() else {"junit": "pytest wrote no report"}),
         }
     python = REPO_ROOT / ".venv" / "bin" / "python"

@@ -67,3 +67,32 @@ def test_the_patterns_are_the_lines_the_two_node_test_prints():
     for pattern, _ in _record().RECOVERY_LINES:
         assert any(pattern.search(line) for line in printed), (pattern.pattern, printed)
     assert _record().recovery("nothing measured") == {}
+
+
+def test_the_disk_line_is_read_as_the_disk_plugin_writes_it(tmp_path):
+    """The record's ``disk`` from the line tests/disk_space.py ends a session with (a reworded
+    summary would leave the record without it)."""
+    from tests.disk_space import GB, DiskWatch
+
+    watch = DiskWatch(tmp_path, start=int(60.0 * GB), lowest=int(57.5 * GB), lowest_before="tests/e2e/test_x.py::test_y[a-(b)]")
+    line = watch.summary()
+    end = round(watch.free() / GB, 1)
+    assert _record().disk(f"...\n{line}\n2 passed in 3.0s\n") == {
+        "free_start_gb": 60.0, "free_lowest_gb": 57.5, "lowest_before": "tests/e2e/test_x.py::test_y[a-(b)]",
+        "free_end_gb": end, "used_peak_gb": 2.5,
+    }
+    assert _record().disk("2 passed in 3.0s\n") == {}
+
+
+def test_the_suites_disk_floor_covers_what_the_newest_ci_run_used():
+    """tests/disk_space.py refuses to start below MIN_FREE_GB: the newest recorded CI run must have
+    used less (its ``disk``), or the floor no longer protects a CI run."""
+    import json
+
+    from tests.disk_space import MIN_FREE_GB
+    from tests.e2e.recipe_runs import REPO_ROOT
+
+    newest = max((REPO_ROOT / "benchmarks" / "results").glob("ci_run-*.json"))
+    used = json.loads(newest.read_text()).get("disk", {}).get("used_peak_gb")
+    assert used is not None, f"{newest.name} has no disk record: record a CI run with scripts/record_ci_run.py"
+    assert used < MIN_FREE_GB, (newest.name, used, MIN_FREE_GB)

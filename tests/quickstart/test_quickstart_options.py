@@ -25,11 +25,11 @@ def test_overrides_go_after_the_recipe_and_rename_the_experiment(tmp_path, monke
     # verl's validation samples are written per run (the held-out evaluation reads them)
     assert trained.validation_dir == tmp_path / "validation" / trained.experiment
     # the recipe's own command (python -m dfpo.main method=... base_model=..., one override per
-    # knob), started directly, the quickstart's overrides after it
+    # knob), started directly, the quickstart's own (a weights-only final checkpoint) and the user's overrides after it
     from dfpo.recipe import recipe_overrides
 
     assert command[:5] == [sys.executable, "-m", "dfpo.main", "method=dfpo_min_replace", "base_model=smollm2_135m_cpu"]
-    assert command[3:] == [*recipe_overrides("dfpo_min_replace", "smollm2_135m_cpu", env), *overrides, f"trainer.validation_data_dir={trained.validation_dir}"]
+    assert command[3:] == [*recipe_overrides("dfpo_min_replace", "smollm2_135m_cpu", env), *quickstart.CHECKPOINT_OVERRIDES, *overrides, f"trainer.validation_data_dir={trained.validation_dir}"]
     assert env["GPUS_PER_NODE"] == "1" and env["SEED"] == "3" and env["TOTAL_TRAINING_STEPS"] == "2"
     assert env["VERL_PLATFORM"] == "cpu"  # a CPU model's driver
     one_rank = {"GPUS_PER_NODE": "1"}
