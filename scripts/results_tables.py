@@ -274,14 +274,19 @@ def render_ci_run(files: list[Path], view: str | None, prefix: str) -> str:
         rest = sum(list(d["seconds_per_module"].values())[12:])
         rows += [f"| the other {len(d['seconds_per_module']) - 12} modules | {rest:.0f} |", "", f"{machine(d)}. File: {link(path, prefix)}."]
         return "\n".join(rows)
-    rows = ["| file | processor | whole run | set-up | pytest | passed / failed / skipped | exit |", "|---|---|---|---|---|---|---|"]
+    rows = [
+        "| file | processor | whole run | set-up | pytest | passed / failed / skipped | exit | disk used at most |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for path in files:
         d = json.loads(path.read_text())
         env = d["environment"]
         minutes = f"{d['seconds'] / 60:.0f} min ({d['seconds']:.0f} s)"
+        used = d.get("disk", {}).get("used_peak_gb")  # recorded since tests/disk_space.py
         rows.append(
             f"| {link(path, prefix)} | {env['cpu']}, {env['cores']} cores; commit {env['commit']}, {env['date'][:10]} | {minutes} | "
-            f"{d['setup_seconds']:.0f} s | {d['pytest_seconds']:.0f} s | {d['passed']} / {d['failed'] + d['errors']} / {d['skipped']} | {d['exit_status']} |"
+            f"{d['setup_seconds']:.0f} s | {d['pytest_seconds']:.0f} s | {d['passed']} / {d['failed'] + d['errors']} / {d['skipped']} | {d['exit_status']} | "
+            f"{'not recorded' if used is None else f'{used:.1f} GB'} |"
         )
     return "\n".join(rows)
 
