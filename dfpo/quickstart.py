@@ -57,7 +57,7 @@ so a rerun never reuses an output computed otherwise.
 
 Everything is written under ``--output-root`` in the recipes' layout (``logs/``, ``checkpoints/``,
 ``models/``, ``data/``) plus ``validation/``, ``evals/`` and ``report/``. The final checkpoints
-are verl's FSDP shards; ``python -m verl.model_merger merge --backend fsdp --local_dir
+are verl's FSDP shards of the weights (:data:`CHECKPOINT_OVERRIDES`); ``python -m verl.model_merger merge --backend fsdp --local_dir
 <checkpoint>/actor --target_dir <dir>`` makes a Hugging Face model of one (docs/evaluation.md).
 Any failing stage stops the
 run with its command and the tail of its log.
@@ -509,8 +509,8 @@ def main(argv: list[str] | None = None) -> int:
         help="the training actor's compute dtype (default: $ACTOR_DTYPE or auto: bf16 where this CPU computes it natively, else fp32)",
     )
     parser.add_argument(
-        "--rollout-dtype", default=os.environ.get("ROLLOUT_DTYPE", "auto"), choices=("auto", "float32", "bfloat16"),
-        help="verl's vLLM engine's dtype, of training's and the held-out evaluation's samples (default: $ROLLOUT_DTYPE or auto: bf16 where this CPU computes it natively, else float32)",
+        "--rollout-dtype", default=os.environ.get("ROLLOUT_DTYPE", "float32"), choices=("auto", "float32", "bfloat16"),
+        help="verl's vLLM engine's dtype, of training's and the held-out evaluation's samples (default: $ROLLOUT_DTYPE or float32)",
     )
     parser.add_argument(
         "--override", action="append", default=[], metavar="KEY=VALUE",

@@ -45,11 +45,11 @@ def test_data_prep_writes_the_demonstration_turn_and_reward_scores_it(tmp_path):
     rows = pd.read_parquet(test_file).to_dict(orient="records")
     assert {r["data_source"] for r in rows} == {sums_task.TEST_SOURCE}
     first, problem = rows[0], held_out[0]
-    assert sums_task.TEMPLATE == "bare"  # the problem alone; the demonstration answers in \\boxed{}
+    assert sums_task.TEMPLATE == "boxed"
     assert [dict(m) for m in first["prompt"]] == [
-        {"role": "user", "content": "What is 2 + 5?"},
+        {"role": "user", "content": "What is 2 + 5?" + BOXED_SUFFIX},
         {"role": "assistant", "content": "\\boxed{7}"},
-        {"role": "user", "content": problem.problem},
+        {"role": "user", "content": problem.problem + BOXED_SUFFIX},
     ]
     truth = first["reward_model"]["ground_truth"]
     assert truth == problem.answer and first["extra_info"]["split"] == "test"
@@ -70,10 +70,10 @@ def test_an_output_root_from_another_version_of_the_task_is_rebuilt(tmp_path):
     assert not sums_task.is_current(directory)
     prepare_parquet_if_stale(directory)
     assert sums_task.is_current(directory)
-    # the same problems written in another template (data_prep's boxed one: the instruction after each problem)
+    # the same problems written in another template (data_prep's bare one: no instruction)
     test_file = directory / sums_task.TEST_FILE
     frame = pd.read_parquet(test_file)
-    frame["prompt"] = [[{**m, "content": m["content"] + (BOXED_SUFFIX if m["role"] == "user" else "")} for m in p] for p in frame["prompt"]]
+    frame["prompt"] = [[{**m, "content": m["content"].removesuffix(BOXED_SUFFIX)} for m in p] for p in frame["prompt"]]
     frame.to_parquet(test_file)
     assert not sums_task.is_current(directory)
     prepare_parquet_if_stale(directory)

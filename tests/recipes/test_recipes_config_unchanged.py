@@ -57,35 +57,16 @@ def _differences(before: list[str], now: list[str]) -> dict[str, tuple[object, o
     return {k: (old.get(k, "<absent>"), new.get(k, "<absent>")) for k in sorted(old.keys() | new.keys()) if old.get(k, "<absent>") != new.get(k, "<absent>")}
 
 
-# Deliberate changes of the quickstart's model file since the fixture (docs/cpu.md, "How the settings
-# were chosen", and the seed study it names): the bare prompt, 63 tokens instead of 101, so the
-# prompt length and what verl derives from it (prompt + the 16-token response; vLLM's batched tokens
-# are 4 sequences of that), and Adam without momentum.
-QUICKSTART_MODEL_CHANGES = {
-    "data.max_prompt_length": (104, 64),
-    "actor_rollout_ref.rollout.prompt_length": (104, 64),
-    "distillation.teacher_models.teacher_model.inference.prompt_length": (104, 64),
-    "actor_rollout_ref.rollout.max_model_len": (120, 80),
-    "actor_rollout_ref.rollout.max_num_batched_tokens": (480, 320),
-    "actor_rollout_ref.actor.optim.betas": ([0.9, 0.999], [0.0, 0.999]),
-}
-
-
 def expected_differences(before: list[str]) -> dict[str, tuple[object, object]]:
     """What may differ, and why. A CPU recipe (``trainer.device=cpu``) now also sets
     ``VLLM_CPU_OMP_THREADS_BIND`` with one tensor-parallel worker, to ``auto``, vLLM's own default
     (platform/cpu.yaml sets it for every TP degree; the launcher set it only for TP > 1), and the
-    reference policy's dtype, read only with the KL loss (the launcher set it only then). The
-    quickstart's model has :data:`QUICKSTART_MODEL_CHANGES`."""
+    reference policy's dtype, read only with the KL loss (the launcher set it only then)."""
     if "trainer.device=cpu" not in before:
         return {}
-    differences: dict[str, tuple[object, object]] = {"ray_kwargs.ray_init.runtime_env.env_vars.VLLM_CPU_OMP_THREADS_BIND": ("<absent>", "auto")}
+    env = "ray_kwargs.ray_init.runtime_env.env_vars.VLLM_CPU_OMP_THREADS_BIND"
     actor_dtype = _value_of(before, "++actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype")
-    if actor_dtype != "fp32":
-        differences["actor_rollout_ref.ref.fsdp_config.model_dtype"] = ("fp32", actor_dtype)
-    if any("smollm2_135m_cpu" in o for o in before):  # the run's name holds the model's
-        differences.update(QUICKSTART_MODEL_CHANGES)
-    return differences
+    return {env: ("<absent>", "auto"), "actor_rollout_ref.ref.fsdp_config.model_dtype": ("fp32", actor_dtype)} if actor_dtype != "fp32" else {env: ("<absent>", "auto")}
 
 
 def _value_of(overrides: list[str], key: str) -> str:
