@@ -43,7 +43,7 @@ RECOVERY_LINES = (
 )
 # the last line of tests/disk_space.py's terminal summary
 DISK_LINE = re.compile(
-    r"disk: ([\d.]+) GB free under \S+ at the start, ([\d.]+) GB at the lowest \(before (.+)\), ([\d.]+) GB at the end: "
+    r"disk: ([\d.]+) GB free under \S+ at the start, ([\d.]+) GB at the lowest \(at (.+)\), ([\d.]+) GB at the end: "
     r"the session used up to ([\d.]+) GB"
 )
 
@@ -53,8 +53,8 @@ def disk(output: str) -> dict:
     match = DISK_LINE.search(output)
     if not match:
         return {}
-    start, lowest, before, end, used = match.groups()
-    return {"free_start_gb": float(start), "free_lowest_gb": float(lowest), "lowest_before": before, "free_end_gb": float(end), "used_peak_gb": float(used)}
+    start, lowest, where, end, used = match.groups()
+    return {"free_start_gb": float(start), "free_lowest_gb": float(lowest), "lowest_at": where, "free_end_gb": float(end), "used_peak_gb": float(used)}
 
 
 def module_of(classname: str) -> str:

@@ -311,7 +311,31 @@ def render_recovery(files: list[Path], prefix: str) -> str:
     return "\n".join(rows)
 
 
+def render_trainer_startup(files: list[Path], view: str | None, prefix: str) -> str:
+    """Each run of the newest file (torch.compile off or on), then the means and the ratio off / on."""
+    path = files[-1]
+    d = json.loads(path.read_text())
+    rows = [
+        "| run | torch.compile | launch to ready to fit (s) | the 2 steps (s) | whole run (s) | inductor cache left |",
+        "|---|---|---|---|---|---|",
+    ]
+    for number, run in enumerate(d["runs"], start=1):
+        rows.append(
+            f"| {number} | {'on' if run['torch_compile'] else 'off'} | {run['ready_to_fit_s']:.0f} | {sum(run['steps_s']):.1f} | "
+            f"{run['run_s']:.0f} | {run['inductor_cache_bytes'] / 1e6:.1f} MB |"
+        )
+    s = d["summary"]
+    rows += [
+        "",
+        f"Means: ready to fit {s['off']['ready_to_fit_s']:.0f} s off vs {s['on']['ready_to_fit_s']:.0f} s on "
+        f"({s['off_over_on']['ready_to_fit_s']:.2f}x), the whole run {s['off']['run_s']:.0f} s vs {s['on']['run_s']:.0f} s "
+        f"({s['off_over_on']['run_s']:.2f}x). {machine(d)}. File: {link(path, prefix)}, written by `{d['command']}`.",
+    ]
+    return "\n".join(rows)
+
+
 RENDERERS = {
+    "trainer_startup": render_trainer_startup,
     "ci_run": render_ci_run,
     "reward": render_reward,
     "loss": render_loss,

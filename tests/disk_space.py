@@ -10,8 +10,9 @@ no cause. So:
 - the session refuses to start with less than :data:`MIN_FREE_GB` free where pytest writes, and
   says which directory, how much is free and what to do (``DFPO_TEST_MIN_FREE_GB`` sets another
   floor, e.g. 0 to run anyway);
-- the free space is read before every test (one ``statvfs``), and the terminal summary ends with one
-  line: free at the start, at the lowest (and before which test) and at the end, and the most the
+- the free space is read at every test's set-up and teardown (one ``statvfs`` each, before the
+  fixtures' own), and the terminal summary ends with one line: free at the start, at the lowest
+  (and where) and at the end, and the most the
   session used, the start less the lowest (everything else writing to that disk meanwhile
   included). ``scripts/record_ci_run.py`` keeps that line's figures in its record (``disk``).
 """
@@ -37,8 +38,7 @@ class DiskWatch:
     directory: Path
     start: int
     lowest: int
-    lowest_before: str = "the first test"
-    samples: int = 0
+    lowest_at: str = "the start"
 
     def free(self) -> int:
         """Free bytes on the directory's disk (read on its nearest existing folder: a passing
@@ -48,17 +48,16 @@ class DiskWatch:
             directory = directory.parent
         return shutil.disk_usage(directory).free
 
-    def sample(self, before: str) -> None:
+    def sample(self, where: str) -> None:
         free = self.free()
-        if free < self.lowest or not self.samples:
-            self.lowest, self.lowest_before = min(free, self.lowest), before
-        self.samples += 1
+        if free < self.lowest:
+            self.lowest, self.lowest_at = free, where
 
     def summary(self) -> str:
         end = self.free()
         return (
             f"disk: {self.start / GB:.1f} GB free under {self.directory} at the start, {self.lowest / GB:.1f} GB at the lowest "
-            f"(before {self.lowest_before}), {end / GB:.1f} GB at the end: the session used up to {(self.start - self.lowest) / GB:.1f} GB"
+            f"(at {self.lowest_at}), {end / GB:.1f} GB at the end: the session used up to {(self.start - self.lowest) / GB:.1f} GB"
         )
 
 
@@ -100,7 +99,15 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     watch = item.config.stash.get(_WATCH, None)
     if watch is not None:
-        watch.sample(item.nodeid)
+        watch.sample(f"the set-up of {item.nodeid}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """Before the fixtures' own teardown, which may remove what they wrote."""
+    watch = item.config.stash.get(_WATCH, None)
+    if watch is not None:
+        watch.sample(f"the teardown of {item.nodeid}")
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:

@@ -74,11 +74,11 @@ def test_the_disk_line_is_read_as_the_disk_plugin_writes_it(tmp_path):
     summary would leave the record without it)."""
     from tests.disk_space import GB, DiskWatch
 
-    watch = DiskWatch(tmp_path, start=int(60.0 * GB), lowest=int(57.5 * GB), lowest_before="tests/e2e/test_x.py::test_y[a-(b)]")
+    watch = DiskWatch(tmp_path, start=int(60.0 * GB), lowest=int(57.5 * GB), lowest_at="the teardown of tests/e2e/test_x.py::test_y[a-(b)]")
     line = watch.summary()
     end = round(watch.free() / GB, 1)
     assert _record().disk(f"...\n{line}\n2 passed in 3.0s\n") == {
-        "free_start_gb": 60.0, "free_lowest_gb": 57.5, "lowest_before": "tests/e2e/test_x.py::test_y[a-(b)]",
+        "free_start_gb": 60.0, "free_lowest_gb": 57.5, "lowest_at": "the teardown of tests/e2e/test_x.py::test_y[a-(b)]",
         "free_end_gb": end, "used_peak_gb": 2.5,
     }
     assert _record().disk("2 passed in 3.0s\n") == {}
