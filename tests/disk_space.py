@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 # The most a whole run of the suite used on a 2-core CI machine (the newest ci_run record's
-# disk.used_peak_gb, tests/test_ci_record.py checks the floor stays above it) with room for the
+# disk.used_peak_gb; tests/test_ci_record.py checks the floor stays above every recorded one) with room for the
 # system's own temporary files.
 MIN_FREE_GB = 4.0
 GB = 1e9

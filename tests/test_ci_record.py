@@ -84,15 +84,15 @@ def test_the_disk_line_is_read_as_the_disk_plugin_writes_it(tmp_path):
     assert _record().disk("2 passed in 3.0s\n") == {}
 
 
-def test_the_suites_disk_floor_covers_what_the_newest_ci_run_used():
-    """tests/disk_space.py refuses to start below MIN_FREE_GB: the newest recorded CI run must have
-    used less (its ``disk``), or the floor no longer protects a CI run."""
+def test_the_suites_disk_floor_covers_what_every_recorded_ci_run_used():
+    """tests/disk_space.py refuses to start below MIN_FREE_GB: every recorded CI run must have used
+    less (its ``disk``; runs recorded before the plugin have none), or the floor no longer
+    protects a CI run."""
     import json
 
     from tests.disk_space import MIN_FREE_GB
     from tests.e2e.recipe_runs import REPO_ROOT
 
-    newest = max((REPO_ROOT / "benchmarks" / "results").glob("ci_run-*.json"))
-    used = json.loads(newest.read_text()).get("disk", {}).get("used_peak_gb")
-    assert used is not None, f"{newest.name} has no disk record: record a CI run with scripts/record_ci_run.py"
-    assert used < MIN_FREE_GB, (newest.name, used, MIN_FREE_GB)
+    for path in sorted((REPO_ROOT / "benchmarks" / "results").glob("ci_run-*.json")):
+        used = json.loads(path.read_text()).get("disk", {}).get("used_peak_gb")
+        assert used is None or used < MIN_FREE_GB, (path.name, used, MIN_FREE_GB)
