@@ -35,8 +35,6 @@ What only the machine that launches knows (the CPU platform, ``platform/cpu.yaml
     dfpo_vllm_omp_threads_bind:auto  vLLM's thread binding: ``auto`` (vLLM's own) for one
                                 tensor-parallel worker, the cores shared out among several
                                 (:func:`dfpo.cpu.vllm_cpu.omp_threads_bind`)
-    dfpo_torchdynamo_disable:b  ``TORCHDYNAMO_DISABLE`` for ``dfpo.cpu.torch_compile`` = b: "1"
-                                (torch.compile runs the function as written) unless b is true
 """
 
 from __future__ import annotations
@@ -149,13 +147,6 @@ def cpu_attention(*, _root_) -> str:
     return "dfpo_cpu_varlen" if bool(_root_.actor_rollout_ref.model.use_remove_padding) else "eager"
 
 
-def torchdynamo_disable(torch_compile) -> str:
-    """``dfpo.cpu.torch_compile`` (a boolean) as the value of torch's ``TORCHDYNAMO_DISABLE``."""
-    if not isinstance(torch_compile, bool):
-        raise ValueError(f"dfpo.cpu.torch_compile must be true or false, got {torch_compile!r}")
-    return "0" if torch_compile else "1"
-
-
 def vllm_omp_threads_bind(requested, *, _root_) -> str:
     if str(requested) != "auto":
         return str(requested)
@@ -179,7 +170,6 @@ RESOLVERS = {
     "dfpo_cpu_threads_per_rank": cpu_threads_per_rank,
     "dfpo_cpu_attention": cpu_attention,
     "dfpo_vllm_omp_threads_bind": vllm_omp_threads_bind,
-    "dfpo_torchdynamo_disable": torchdynamo_disable,
 }
 
 

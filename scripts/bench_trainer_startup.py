@@ -1,4 +1,4 @@
-"""Benchmark: a CPU trainer's start-up with torch.compile off (the CPU platform's default) and on.
+"""Benchmark: a CPU trainer's start-up with torch.compile off and on (on: the default).
 
     python scripts/bench_trainer_startup.py                 # 2 rounds: each setting once per round
     python scripts/bench_trainer_startup.py --rounds 3 --output-root /tmp/startup
@@ -6,9 +6,12 @@
 Each run is the quickstart's DFPO training run as the quickstart launches it
 (:func:`dfpo.quickstart.train`: ``python -m dfpo.main method=dfpo_min_replace
 base_model=smollm2_135m_cpu`` with the quickstart's knobs: one CPU rank, verl's vLLM rollout, the
-held-out validation before the first step) for 2 steps, with ``dfpo.cpu.torch_compile=false`` (every
-Ray process runs with ``TORCHDYNAMO_DISABLE=1``) or ``true`` (torch's default), the two settings
-alternating within a round. Every run starts from an empty inductor cache (``TORCHINDUCTOR_CACHE_DIR``:
+held-out validation before the first step) for 2 steps, with every Ray process under
+``TORCHDYNAMO_DISABLE=1`` (off: torch.compile returns each function as written) or as the platform
+runs them (on), the two settings alternating within a round. Off is not the default: vLLM's CPU
+sampler compiles its random sampling as its workaround for PyTorch's CPU ``exponential_``
+(pytorch/pytorch#132395, #151218), so off, training's and the held-out evaluation's samples would
+come from another sampler (docs/cpu.md). Every run starts from an empty inductor cache (``TORCHINDUCTOR_CACHE_DIR``:
 a new directory, as on a fresh machine) and in its own output root (the model and the task prepared
 once and linked in).
 
@@ -39,7 +42,8 @@ from dfpo import quickstart  # noqa: E402
 from dfpo.benchmark_record import environment, write_result  # noqa: E402
 
 STEPS = 2
-SETTINGS = ("false", "true")  # dfpo.cpu.torch_compile: the platform's default first
+SETTINGS = ("off", "on")
+COMPILE_OFF = "+ray_kwargs.ray_init.runtime_env.env_vars.TORCHDYNAMO_DISABLE='1'"  # in every Ray process
 READY = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}):all initialize finished, ready to fit")
 
 
@@ -58,6 +62,7 @@ def folder_bytes(path: Path) -> int:
 
 def one_run(root: Path, shared: Path, setting: str, number: int) -> dict:
     run_root = root / f"run{number}-compile-{setting}"
+    overrides = (COMPILE_OFF,) if setting == "off" else ()
     shutil.rmtree(run_root, ignore_errors=True)
     run_root.mkdir(parents=True)
     for name in ("models", "data"):
@@ -68,7 +73,7 @@ def one_run(root: Path, shared: Path, setting: str, number: int) -> dict:
     knobs = {**precision.recipe_env(), **quickstart.validation_knobs(quickstart.DEFAULT_K, validate_start=True)}
     launched = datetime.datetime.now()
     started = time.monotonic()
-    trained = quickstart.train(quickstart.METHODS[0], run_root, STEPS, quickstart.DEFAULT_RANKS, 1, (f"dfpo.cpu.torch_compile={setting}",), knobs)
+    trained = quickstart.train(quickstart.METHODS[0], run_root, STEPS, quickstart.DEFAULT_RANKS, 1, overrides, knobs)
     seconds = round(time.monotonic() - started, 1)
     steps = {}
     for line in trained.file_log.read_text().splitlines():
@@ -77,7 +82,7 @@ def one_run(root: Path, shared: Path, setting: str, number: int) -> dict:
             steps[record["step"]] = round(record["data"]["timing_s/step"], 1)
     log = run_root / quickstart.EXPERIMENT_LOGS / f"train_{quickstart.METHODS[0].recipe_method}.log"
     result = {
-        "torch_compile": setting == "true",
+        "torch_compile": setting == "on",
         "ready_to_fit_s": ready_seconds(log, launched),
         "steps_s": [steps[s] for s in sorted(steps)],
         "run_s": seconds,
@@ -129,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     for round_number in range(args.rounds):
         for setting in SETTINGS:
             number = len(record["runs"]) + 1
-            quickstart.say(f"run {number}: round {round_number + 1}, dfpo.cpu.torch_compile={setting}")
+            quickstart.say(f"run {number}: round {round_number + 1}, torch.compile {setting}")
             result = one_run(root, shared, setting, number)
             quickstart.say(f"run {number}: ready to fit after {result['ready_to_fit_s']} s, steps {result['steps_s']}, {result['run_s']} s in all")
             record["runs"].append(result)

@@ -60,17 +60,13 @@ def _differences(before: list[str], now: list[str]) -> dict[str, tuple[object, o
 def expected_differences(before: list[str]) -> dict[str, tuple[object, object]]:
     """What may differ, and why. A CPU recipe (``trainer.device=cpu``) now also sets
     ``VLLM_CPU_OMP_THREADS_BIND`` with one tensor-parallel worker, to ``auto``, vLLM's own default
-    (platform/cpu.yaml sets it for every TP degree; the launcher set it only for TP > 1), the
-    reference policy's dtype, read only with the KL loss (the launcher set it only then), and
-    ``TORCHDYNAMO_DISABLE=1`` (``dfpo.cpu.torch_compile: false``: BENCHMARKS.md, the CPU trainer's start-up)."""
+    (platform/cpu.yaml sets it for every TP degree; the launcher set it only for TP > 1), and the
+    reference policy's dtype, read only with the KL loss (the launcher set it only then)."""
     if "trainer.device=cpu" not in before:
         return {}
-    env = "ray_kwargs.ray_init.runtime_env.env_vars."
-    differences: dict[str, tuple[object, object]] = {env + "VLLM_CPU_OMP_THREADS_BIND": ("<absent>", "auto"), env + "TORCHDYNAMO_DISABLE": ("<absent>", "1")}
+    env = "ray_kwargs.ray_init.runtime_env.env_vars.VLLM_CPU_OMP_THREADS_BIND"
     actor_dtype = _value_of(before, "++actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype")
-    if actor_dtype != "fp32":
-        differences["actor_rollout_ref.ref.fsdp_config.model_dtype"] = ("fp32", actor_dtype)
-    return differences
+    return {env: ("<absent>", "auto"), "actor_rollout_ref.ref.fsdp_config.model_dtype": ("fp32", actor_dtype)} if actor_dtype != "fp32" else {env: ("<absent>", "auto")}
 
 
 def _value_of(overrides: list[str], key: str) -> str:

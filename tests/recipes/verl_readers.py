@@ -101,11 +101,11 @@ def _simple_storage(cfg) -> bool:
     return cfg.transfer_queue.backend.storage_backend == "SimpleStorage"
 
 
-_OTHER_PACKAGES = ("vllm", "ray", "transfer_queue", "torch")
+_OTHER_PACKAGES = ("vllm", "ray", "transfer_queue")
 
 
 def source_path(file: str) -> Path:
-    """``dfpo/...``: this repository; ``vllm/...``, ``ray/...``, ``transfer_queue/...``, ``torch/...``: that installed
+    """``dfpo/...``: this repository; ``vllm/...``, ``ray/...``, ``transfer_queue/...``: that installed
     package (found without importing it); anything else: relative to the installed ``verl``."""
     top = file.split("/", 1)[0]
     if top == "dfpo":
@@ -387,11 +387,6 @@ READERS: dict[str, Reader | tuple[Reader, ...]] = {
     # vLLM's CPU platform sizes its KV cache from it, in the vLLM server actor's EngineCore process
     "ray_kwargs.ray_init.runtime_env.env_vars.VLLM_CPU_KVCACHE_SPACE": Reader(
         "vllm/platforms/cpu.py", "kv_cache_space = int(os.environ[env_key])", _vllm_on_cpu, via=(_RUNTIME_ENV,)
-    ),
-    # torch.compile in every Ray process (dfpo.cpu.torch_compile): "1" makes torch.compile return the
-    # function as written, in verl's actor (its entropy) and in vLLM's worker (its sampler's ops)
-    "ray_kwargs.ray_init.runtime_env.env_vars.TORCHDYNAMO_DISABLE": Reader(
-        "torch/_dynamo/eval_frame.py", 'or os.environ.get("TORCHDYNAMO_DISABLE", "") == "1"', via=(_RUNTIME_ENV,)
     ),
     # vLLM's CPU workers bind their OpenMP threads from it (auto: vLLM's own NUMA binding)
     "ray_kwargs.ray_init.runtime_env.env_vars.VLLM_CPU_OMP_THREADS_BIND": Reader(
