@@ -6,7 +6,7 @@
 
 For each seed, the README's first command at its defaults with that seed,
 ``python -m dfpo.quickstart --seed N --methods ... --output-root ROOT/seed<N>`` (DFPO alone by
-default: half the time of both methods), in turn. ``--negate`` trains on the negated signal instead
+default, as the README's command), in turn. ``--negate`` trains on the negated signal instead
 (``reward/negated_score.py``: score 1 - score, every advantage negated exactly; the held-out
 accuracy is still the true one), the run that shows the learning is the reward's doing and that the
 learning test can fail.

@@ -63,3 +63,25 @@ def test_a_block_naming_no_file_says_which_document_and_block(tmp_path):
     tables = _tables()
     with pytest.raises(tables.ResultsError, match=r"doc\.md: the block `<!-- results: nothing-\*\.json"):
         tables.update("<!-- results: nothing-*.json -->\nx\n<!-- /results -->", "doc.md", tmp_path)
+
+
+def test_a_block_can_name_several_runs_of_the_main_job(tmp_path):
+    """``a.json,b.json main_job``: one row per run (the README's command measured twice), each with
+    its own held-out cells and seconds; a pattern matching nothing is an error, not a shorter table."""
+    tables = _tables()
+    results = tmp_path / "results"
+    results.mkdir()
+    source = tables.RESULTS / "quickstart_seeds-2026-12-05T2347-avx512.json"
+    for name, seconds in (("quickstart_seeds-2026-12-07T0100-avx512.json", 501.0), ("quickstart_seeds-2026-12-07T0200-avx512.json", 523.0)):
+        data = json.loads(source.read_text())
+        data["runs"][0]["quickstart"]["seconds"]["total"] = seconds
+        (results / name).write_text(json.dumps(data))
+    both = "quickstart_seeds-2026-12-07T0100-avx512.json,quickstart_seeds-2026-12-07T0200-avx512.json"
+    table = tables.render(both, "main_job", results)
+    rows = [line for line in table.splitlines() if line.startswith("| 20")]
+    assert len(rows) == 2 and "**501**" in rows[0] and "**523**" in rows[1], table
+    assert "41.5 (29.6-54.0)" in rows[0] and "50.9 (38.1-63.4)" in rows[1]  # DFPO's and GSPO's cells
+    with pytest.raises(tables.ResultsError, match="quickstart_seeds-2026-12-07T0300"):
+        tables.render(both + ",quickstart_seeds-2026-12-07T0300-avx512.json", "main_job", results)
+    with pytest.raises(tables.ResultsError, match="several only in the main_job view"):
+        tables.render(both, "seeds", results)
