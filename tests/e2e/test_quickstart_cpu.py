@@ -8,11 +8,14 @@ CPU rank with verl's vLLM rollout, the start and the result evaluated on the 41 
 verl's own validation (k samples each, dumped by the trainer and turned into evaluation runs), the
 report, its figures and ``report/quickstart.json``.
 
-The GSPO baseline through the same path (``--methods gspo``, the option the README gives for the
-comparison): a second, shorter run of the command (:data:`GSPO_STEPS` steps, one held-out sample
-per problem) in its own output root, enough for what is checked of it: verl's GSPO loss trains
-through the same pipeline with DFPO's diagnostics and no transform, and its shared-token gradient
-on the real model is the learning tax, far above rounding.
+The GSPO baseline through the same path: the README's second form of the command,
+``--methods dfpo_min_replace gspo``, run in a copy of the first run's output root (its checkpoint
+shards left out: the reuse reads the checkpoint's step only), as a user adds the baseline after
+the default run: DFPO's finished run is reused, GSPO trains its ten steps, and the report compares
+the three. verl's GSPO loss trains through the same pipeline with DFPO's diagnostics and no
+transform, and its shared-token gradient on the real model is the learning tax, far above
+rounding. It needs the ten steps: a group is measured only when its eight responses share a
+prefix, and in a 3-step GSPO run (tried) no group did yet.
 
 Learning: everything between the reward and the weights is under test — ``reward/score.py``
 through verl's reward manager, DFPO's advantage (Eq. 4 with the paper's group normalisation) and
@@ -48,6 +51,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -74,10 +78,7 @@ TARGET_MET_IN_EVERY_SEED = True
 # benchmarks/results, BENCHMARKS.md); one step, fp32 on an AVX2-only 2-core machine (docs/cpu.md);
 # the command as written in fp32 (DFPO_QUICKSTART_AS_WRITTEN=1 where bf16 is not native) takes
 # several times as long as in bf16; GSPO's short run (below)
-RUN_TIMEOUT_S = {"as written": 1800, "as written, fp32": 4800, "one step": 2400, "GSPO": 1200}
-# GSPO's run: three steps of four groups of eight sample enough groups whose rewards differ to
-# measure its shared-token gradient (at the start's ~8 % per sample, a group is mixed about half the time)
-GSPO_STEPS = 3
+RUN_TIMEOUT_S = {"as written": 1800, "as written, fp32": 4800, "one step": 2400, "GSPO added": 1800}
 N_HELD_OUT = 41
 K = 8
 VAL_KEY = f"val-core/digit_sums_test/acc/mean@{K}"  # verl's mean over the k validation samples: avg@k
@@ -126,11 +127,12 @@ def quickstart(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def gspo_quickstart(tmp_path_factory):
-    """``--methods gspo``: GSPO alone for :data:`GSPO_STEPS` steps, k=1, in its own output root."""
+def gspo_added(quickstart, tmp_path_factory):
+    """``--methods dfpo_min_replace gspo`` in a copy of the default run's output root (module docstring)."""
     root = tmp_path_factory.mktemp("quickstart_gspo") / "out"
-    args = ["bash", "scripts/quickstart.sh", "--output-root", str(root), "--methods", "gspo", "--steps", str(GSPO_STEPS), "--k", "1"]
-    return root, run_quickstart(args, RUN_TIMEOUT_S["GSPO"])
+    shutil.copytree(quickstart[0], root, ignore=shutil.ignore_patterns("*_world_size_*.pt"))
+    args = ["bash", "scripts/quickstart.sh", "--output-root", str(root), "--methods", "dfpo_min_replace", "gspo"]
+    return root, run_quickstart(args, RUN_TIMEOUT_S["GSPO added"])
 
 
 def run_quickstart(args: list[str], timeout_s: float):
@@ -268,30 +270,33 @@ def test_dfpo_gives_the_shared_tokens_of_the_real_model_no_net_gradient(quicksta
         assert metrics["actor/dfpo/shared_token_grad_residual"] < bound, (step, metrics["actor/dfpo/shared_token_grad_residual"], bound)
 
 
-def test_the_gspo_baseline_runs_through_the_same_path_with_dfpos_diagnostics_and_no_transform(quickstart, gspo_quickstart):
+def test_the_gspo_baseline_runs_through_the_same_path_with_dfpos_diagnostics_and_no_transform(quickstart, gspo_added):
     skip_without_the_ten_steps("the GSPO baseline's run")
     root, _ = quickstart
-    gspo_root, gspo_run = gspo_quickstart
-    dfpo, gspo = _train_log(root, "dfpo_min_replace"), _train_log(gspo_root, "gspo")
-    assert sorted(s for s, metrics in dfpo.items() if "actor/grad_norm" in metrics) == list(range(1, DEFAULT_STEPS + 1))
-    assert sorted(s for s, metrics in gspo.items() if "actor/grad_norm" in metrics) == list(range(1, GSPO_STEPS + 1))
-    assert "(vLLMHttpServer pid=" in (gspo_root / "logs" / "quickstart" / "train_gspo.log").read_text()
+    both_root, both_run = gspo_added
+    assert f"DFPO (Min-Replace): {DEFAULT_STEPS} steps already trained with this composed config, reused" in both_run.output
+    assert "stage 3/5: GSPO" in both_run.output
+    dfpo, gspo = _train_log(both_root, "dfpo_min_replace"), _train_log(both_root, "gspo")
+    for steps in (dfpo, gspo):
+        assert sorted(s for s, metrics in steps.items() if "actor/grad_norm" in metrics) == list(range(1, DEFAULT_STEPS + 1))
+    assert "(vLLMHttpServer pid=" in (both_root / "logs" / "quickstart" / "train_gspo.log").read_text()
     for step in range(1, DEFAULT_STEPS + 1):
         # the shared tokens of the real model (the chat template's assistant header is in the
         # prompt, \boxed{ opens most responses): DFPO cancels their gradient exactly, GSPO does not
         assert dfpo[step]["actor/dfpo/cancellation_residual_after"] < 1e-5, step
-    for step in range(1, GSPO_STEPS + 1):
         assert "actor/dfpo/cancellation_residual_before" in gspo[step], step
         assert "actor/dfpo/cancellation_residual_after" not in gspo[step], step
-    # GSPO alone: its run validates the start, and the report's cells are verl's logged means
-    held_out = json.loads((gspo_root / "report" / "quickstart.json").read_text())["held_out"]
-    assert set(held_out) == {"benchmark", "n_problems", "k", "start", "gspo"} and held_out["k"] == 1, held_out
-    assert held_out["start"]["avg@k"] == pytest.approx(gspo[0]["val-core/digit_sums_test/acc/mean@1"], abs=1e-9)
-    assert held_out["gspo"]["avg@k"] == pytest.approx(gspo[GSPO_STEPS]["val-core/digit_sums_test/acc/mean@1"], abs=1e-9)
-    assert "GSPO (baseline)" in (gspo_root / "report" / "table1.md").read_text() and "stage 2/4: GSPO" in gspo_run.output
     # measured on the gradient GSPO's loss gives the shared tokens: the learning tax, far above rounding
     gspo_residuals = [m["actor/dfpo/shared_token_grad_residual"] for m in gspo.values() if m.get("actor/dfpo/shared_token_grad_groups", 0) > 0]
     assert gspo_residuals and max(gspo_residuals) > 1e-3, gspo_residuals
+    # the report compares the three against GSPO; DFPO's cell is the default run's (the same samples),
+    # GSPO's is verl's logged mean after its last step, and GSPO did not validate the start again
+    held_out = json.loads((both_root / "report" / "quickstart.json").read_text())["held_out"]
+    default = json.loads((root / "report" / "quickstart.json").read_text())["held_out"]
+    assert {key: held_out[key] for key in ("start", "dfpo_min_replace")} == {key: default[key] for key in ("start", "dfpo_min_replace")}
+    assert 0 not in gspo and held_out["gspo"]["avg@k"] == pytest.approx(gspo[DEFAULT_STEPS][VAL_KEY], abs=1e-9)
+    table = (both_root / "report" / "table1.md").read_text()
+    assert all(row in table for row in ("GSPO (baseline)", "DFPO (Min-Replace)", "Start (no RL)")), table
 
 
 def test_dfpo_improves_the_held_out_policy(quickstart):
