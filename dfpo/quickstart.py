@@ -206,7 +206,9 @@ def experiment_name(
     version) and of the task's version, so that a rerun in the same output root reuses a checkpoint,
     and the evaluations of its validation, only when it would train the same thing."""
     env = recipe_env(root, steps, seed, knobs or {}, IDENTITY_PROBE)
-    digest = config_digest(launch_overrides(method, env, overrides), IDENTITY_PROBE, extra=(task_digest(),))
+    # the model and data under the root are the wheel's model converted and the task's split
+    # (task_digest), the same in any root
+    digest = config_digest(launch_overrides(method, env, overrides), IDENTITY_PROBE, extra=(task_digest(),), output_root=str(root))
     return f"quickstart-{method.recipe_method}-{steps}steps-seed{seed}-{digest[:8]}"
 
 

@@ -4,8 +4,9 @@
 launch, dfpo's config files (``dfpo/config/**.yaml``: the trainer defaults, the method, model and
 platform files) and verl's own ``ppo_trainer`` config (fixed by verl's version), resolved on the
 launching machine. :func:`config_digest` hashes
-exactly those, less what only names the run (its experiment name, wherever it appears, and the
-launch's time stamp in the file log's name). Two launches with the same digest compose the same
+exactly those, less what only names the run or places its outputs (its experiment name, wherever
+it appears, the launch's time stamp in the file log's name, and the output root where it writes
+and finds what it built there: an output root copied or moved elsewhere keeps its runs' names). Two launches with the same digest compose the same
 config; anything that changes a composed value — a knob, a method file, an extra override, the
 number of ranks, a dtype — changes it. Inputs a config does not show (a dataset's content, a
 model built in code) are passed as ``extra``. What the launching machine resolves by itself (a CPU
@@ -27,11 +28,13 @@ from pathlib import Path
 DFPO_CONFIG_DIR = Path(__file__).parent / "config"
 _LAUNCH_TIME = re.compile(r"\.\d{8}T\d{6}Z\.jsonl")  # the recipes' file log: <name>.<UTC time>.jsonl (dfpo_launch_time)
 _NAME = "<experiment>"
+_OUTPUT_ROOT = "<output root>"
 
 
-def config_digest(overrides: Iterable[str], experiment_name: str, extra: Iterable[str] = ()) -> str:
-    """sha256 (hex) of the launch's ``overrides`` (with ``experiment_name`` and the launch time taken
-    out), dfpo's config files, verl's version and ``extra``."""
+def config_digest(overrides: Iterable[str], experiment_name: str, extra: Iterable[str] = (), output_root: str | None = None) -> str:
+    """sha256 (hex) of the launch's ``overrides`` (with ``experiment_name``, the launch time and
+    ``output_root`` taken out), dfpo's config files, verl's version and ``extra``. What the run reads
+    from under ``output_root`` (a model or data it built there) must be identified by ``extra``."""
     if not experiment_name:
         raise ValueError("config_digest needs the experiment name the overrides carry (it is taken out of them)")
     digest = hashlib.sha256()
@@ -41,6 +44,8 @@ def config_digest(overrides: Iterable[str], experiment_name: str, extra: Iterabl
         digest.update(b"\0")
 
     for override in overrides:
+        if output_root:
+            override = override.replace(output_root.rstrip("/"), _OUTPUT_ROOT)
         add(_LAUNCH_TIME.sub(".<launch time>.jsonl", override.replace(experiment_name, _NAME)))
     for path in sorted(DFPO_CONFIG_DIR.rglob("*.yaml")):
         add(path.relative_to(DFPO_CONFIG_DIR).as_posix())

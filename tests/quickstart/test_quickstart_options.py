@@ -55,6 +55,8 @@ def test_a_run_is_named_by_its_composed_config(tmp_path, monkeypatch):
     monkeypatch.setenv("LR", "2e-3")
     assert quickstart.experiment_name(method, tmp_path, 10, 1) != name
     monkeypatch.delenv("LR")
+    # where the run writes does not: an output root copied or moved elsewhere keeps its runs' names
+    assert quickstart.experiment_name(method, tmp_path / "copied" / "elsewhere", 10, 1) == name
     # an environment variable the composed config does not show (Ray's log deduplication) does not
     assert quickstart.experiment_name(method, tmp_path, 10, 1, knobs={"RAY_DEDUP_LOGS": "1"}) == name
     # another version of the task, or of the method's config file: another name (no stale checkpoint reused)
@@ -77,6 +79,12 @@ def test_the_digest_leaves_out_only_the_runs_name_and_launch_time():
     assert config_digest(launch, "run-a") == config_digest(again, "run-b")
     assert config_digest(launch, "run-a") != config_digest([*launch, "data.seed=2"], "run-a")
     assert config_digest(launch, "run-a") != config_digest(launch, "run-a", extra=("task-v2",))
+    # the output root, given, is taken out of every override; not given, it is part of them
+    here = ["actor_rollout_ref.model.path=/out/a/models/m", "trainer.default_local_dir=/out/a/checkpoints"]
+    there = [o.replace("/out/a", "/data/b") for o in here]
+    assert config_digest(here, "run-a", output_root="/out/a") == config_digest(there, "run-a", output_root="/data/b/")
+    assert config_digest(here, "run-a") != config_digest(there, "run-a")
+    assert config_digest(here, "run-a", output_root="/out/a") != config_digest([*here, "data.seed=2"], "run-a", output_root="/out/a")
 
 
 def test_defaults_are_dfpo_alone_one_rank_and_k_8(monkeypatch):
