@@ -54,9 +54,14 @@ def link(path: Path, prefix: str) -> str:
     return f"[{path.name}]({prefix}benchmarks/results/{path.name})"
 
 
+def stack(env: dict) -> str:
+    """The machine and the stack's versions of a results file's ``environment``."""
+    return f"{env['cpu']}, {env['cores']} cores; torch {env['torch']}, vllm {env['vllm']}, verl {env['verl']}"
+
+
 def machine(data: dict) -> str:
     env = data["environment"]
-    return f"{env['cpu']}, {env['cores']} cores; torch {env['torch']}, vllm {env['vllm']}, verl {env['verl']}; commit {env['commit']}, {env['date'][:10]}"
+    return f"{stack(env)}; commit {env['commit']}, {env['date'][:10]}"
 
 
 def capability(run: dict) -> str:
@@ -92,10 +97,10 @@ def render_main_job_runs(files: list[Path], prefix: str) -> str:
         cells += [cell(h[m]) if m in h else "not trained" for m in methods]
         cells += [str(q["steps"]), f"**{q['seconds']['total']:.0f}** ({q['seconds']['total'] / 60:.1f} min)"]
         rows.append("| " + " | ".join(cells) + " |")
-    commands = sorted({data["command"] for _, data, _ in runs})
-    rows += ["", f"{capability(runs[0][2])}. {runs[0][1]['environment']['cpu']}, {runs[0][1]['environment']['cores']} cores; "
-             f"torch {runs[0][1]['environment']['torch']}, vllm {runs[0][1]['environment']['vllm']}, verl {runs[0][1]['environment']['verl']}. "
-             f"Files: {', '.join(link(path, prefix) for path, _, _ in runs)}, written by {' and '.join(f'`{c}`' for c in commands)}."]
+    _, first_data, first_run = runs[0]
+    commands = " and ".join(f"`{command}`" for command in sorted({data["command"] for _, data, _ in runs}))
+    listed = ", ".join(link(path, prefix) for path, _, _ in runs)
+    rows += ["", f"{capability(first_run)}. {stack(first_data['environment'])}. Files: {listed}, written by {commands}."]
     return "\n".join(rows)
 
 

@@ -64,9 +64,11 @@ def expected_differences(before: list[str]) -> dict[str, tuple[object, object]]:
     reference policy's dtype, read only with the KL loss (the launcher set it only then)."""
     if "trainer.device=cpu" not in before:
         return {}
-    env = "ray_kwargs.ray_init.runtime_env.env_vars.VLLM_CPU_OMP_THREADS_BIND"
+    differences: dict[str, tuple[object, object]] = {"ray_kwargs.ray_init.runtime_env.env_vars.VLLM_CPU_OMP_THREADS_BIND": ("<absent>", "auto")}
     actor_dtype = _value_of(before, "++actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype")
-    return {env: ("<absent>", "auto"), "actor_rollout_ref.ref.fsdp_config.model_dtype": ("fp32", actor_dtype)} if actor_dtype != "fp32" else {env: ("<absent>", "auto")}
+    if actor_dtype != "fp32":
+        differences["actor_rollout_ref.ref.fsdp_config.model_dtype"] = ("fp32", actor_dtype)
+    return differences
 
 
 def _value_of(overrides: list[str], key: str) -> str:
