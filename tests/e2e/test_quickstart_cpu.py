@@ -77,7 +77,7 @@ TARGET_MET_IN_EVERY_SEED = True
 # DFPO, ten steps, bf16 compute: the README's command (its time is in the study files of
 # benchmarks/results, BENCHMARKS.md); one step, fp32 on an AVX2-only 2-core machine (docs/cpu.md);
 # the command as written in fp32 (DFPO_QUICKSTART_AS_WRITTEN=1 where bf16 is not native) takes
-# several times as long as in bf16; GSPO's short run (below)
+# several times as long as in bf16; GSPO added to a copy of its output root (its ten steps)
 RUN_TIMEOUT_S = {"as written": 1800, "as written, fp32": 4800, "one step": 2400, "GSPO added": 1800}
 N_HELD_OUT = 41
 K = 8
