@@ -1,12 +1,15 @@
 """Record one whole CI run: ``python3 scripts/record_ci_run.py`` in a fresh clone.
 
 Runs ``bash .ci/run`` (the README's test command: set-up of ``.venv`` on a fresh machine, then the
-whole suite) as CI does, with pytest also writing a JUnit report, and writes
+whole suite in its two parts, parallel and serial) as CI does, with each part also writing a JUnit
+report (``DFPO_TEST_JUNIT_DIR``, read by scripts/test.sh), and writes
 ``benchmarks/results/ci_run-<UTC time>-<cpu capability>.json``: the wall time of the whole run and
 of its set-up, pytest's counts (passed, failed, skipped), the seconds of each test module (set-up
-of module fixtures included: that is where the e2e runs are), the slowest tests, what the 2-node
-test measured of a lost node and a preemption (the lines it prints, read from the report's captured
-stderr: ``recovery``), the session's disk (the summary line of ``tests/disk_space.py``: ``disk``),
+of module fixtures included: that is where the e2e runs are; in the parallel part a module's
+seconds are its worker's), the wall time of each part (``pytest_seconds_per_part``), the slowest
+tests, what the 2-node test measured of a lost node and a preemption (the lines it prints, read from
+the report's captured stderr: ``recovery``), the sessions' disk (the summary lines of
+``tests/disk_space.py``, one per part: ``disk``),
 the machine, the commit and the stack's versions. BENCHMARKS.md, docs/cpu.md
 and docs/recipes.md quote the newest through ``scripts/results_tables.py``.
 
@@ -49,12 +52,23 @@ DISK_LINE = re.compile(
 
 
 def disk(output: str) -> dict:
-    """The session's disk as its summary line gives it (empty if the run printed none)."""
-    match = DISK_LINE.search(output)
-    if not match:
+    """The disk over the sessions whose summary lines ``output`` holds, in order: free at the first
+    one's start, at the lowest of any (and where), at the last one's end, and the most any session
+    used (empty if the run printed none)."""
+    sessions = [
+        {"free_start_gb": float(start), "free_lowest_gb": float(lowest), "lowest_at": where, "free_end_gb": float(end), "used_peak_gb": float(used)}
+        for start, lowest, where, end, used in DISK_LINE.findall(output)
+    ]
+    if not sessions:
         return {}
-    start, lowest, where, end, used = match.groups()
-    return {"free_start_gb": float(start), "free_lowest_gb": float(lowest), "lowest_at": where, "free_end_gb": float(end), "used_peak_gb": float(used)}
+    lowest = min(sessions, key=lambda session: session["free_lowest_gb"])
+    return {
+        "free_start_gb": sessions[0]["free_start_gb"],
+        "free_lowest_gb": lowest["free_lowest_gb"],
+        "lowest_at": lowest["lowest_at"],
+        "free_end_gb": sessions[-1]["free_end_gb"],
+        "used_peak_gb": max(session["used_peak_gb"] for session in sessions),
+    }
 
 
 def module_of(classname: str) -> str:
@@ -65,14 +79,17 @@ def module_of(classname: str) -> str:
     return "/".join(parts) + ".py" if parts else classname
 
 
-def junit_summary(path: Path) -> dict:
-    """Counts, seconds per module and the slowest tests of a pytest JUnit report."""
-    root = ET.parse(path).getroot()
-    suite = root if root.tag == "testsuite" else root.find("testsuite")
+def junit_summary(*paths: Path) -> dict:
+    """Counts, seconds per module and the slowest tests over pytest JUnit reports (one per part of
+    the run, in order), and each report's wall time."""
+    suites = []
+    for path in paths:
+        root = ET.parse(path).getroot()
+        suites.append(root if root.tag == "testsuite" else root.find("testsuite"))
     per_module: dict[str, float] = defaultdict(float)
     tests = []
     counts = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0}
-    for case in suite.iter("testcase"):
+    for case in (case for suite in suites for case in suite.iter("testcase")):
         seconds = float(case.get("time", 0.0))
         name = f"{module_of(case.get('classname', ''))}::{case.get('name')}"
         per_module[module_of(case.get("classname", ""))] += seconds
@@ -85,14 +102,23 @@ def junit_summary(path: Path) -> dict:
             counts["skipped"] += 1
         else:
             counts["passed"] += 1
-    captured = "\n".join(element.text or "" for element in suite.iter("system-err"))
+    captured = "\n".join(element.text or "" for suite in suites for element in suite.iter("system-err"))
+    part_seconds = {path.stem: round(float(suite.get("time", 0.0)), 1) for path, suite in zip(paths, suites, strict=True)}
     return {
-        "pytest_seconds": round(float(suite.get("time", 0.0)), 1),
+        "pytest_seconds": round(sum(part_seconds.values()), 1),
+        "pytest_seconds_per_part": part_seconds,
         "recovery": recovery(captured),
         **counts,
         "seconds_per_module": {name: round(seconds, 1) for name, seconds in sorted(per_module.items(), key=lambda item: -item[1])},
         "slowest_tests": [[name, round(seconds, 1)] for name, seconds in sorted(tests, key=lambda item: -item[1])[:15]],
     }
+
+
+def junit_reports(directory: Path) -> list[Path]:
+    """scripts/test.sh's reports in the order its parts run (parallel, then serial; one ``pytest``
+    report when it ran a single part)."""
+    order = {"parallel": 0, "serial": 1, "pytest": 2}
+    return sorted(directory.glob("*.xml"), key=lambda path: (order.get(path.stem, len(order)), path.name))
 
 
 def recovery(captured: str) -> dict[str, int]:
@@ -107,10 +133,9 @@ def recovery(captured: str) -> dict[str, int]:
 
 def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
-        junit = Path(tmp) / "junit.xml"
-        # the report keeps each test's captured stderr: the 2-node test's measurements
-        addopts = f"{os.environ.get('PYTEST_ADDOPTS', '')} --junitxml={junit} -o junit_logging=system-err".strip()
-        env = {**os.environ, "PYTEST_ADDOPTS": addopts}
+        # the reports keep each test's captured stderr: the 2-node test's measurements
+        addopts = f"{os.environ.get('PYTEST_ADDOPTS', '')} -o junit_logging=system-err".strip()
+        env = {**os.environ, "PYTEST_ADDOPTS": addopts, "DFPO_TEST_JUNIT_DIR": tmp}
         started = time.monotonic()
         setup_seconds = None
         disk_lines = []  # tests/disk_space.py's summary line: the only output the record reads
@@ -132,7 +157,7 @@ def main() -> int:
             "seconds": total,
             "setup_seconds": setup_seconds,
             "disk": disk("".join(disk_lines)),
-            **(junit_summary(junit) if junit.exists() else {"junit": "pytest wrote no report"}),
+            **(junit_summary(*reports) if (reports := junit_reports(Path(tmp))) else {"junit": "pytest wrote no report"}),
         }
     python = REPO_ROOT / ".venv" / "bin" / "python"
     code = (

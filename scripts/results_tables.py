@@ -305,6 +305,8 @@ def render_ci_run(files: list[Path], view: str | None, prefix: str) -> str:
         path = files[-1]
         d = json.loads(path.read_text())
         rows = ["| test module (its fixtures' runs included) | seconds |", "|---|---|"]
+        if len(d.get("pytest_seconds_per_part", {})) > 1:  # the parallel part's modules ran on several workers at once
+            rows[0] = "| test module (its fixtures' runs included; the parallel part's on one of its workers) | seconds |"
         rows += [f"| `{name}` | {seconds:.0f} |" for name, seconds in list(d["seconds_per_module"].items())[:12]]
         rest = sum(list(d["seconds_per_module"].values())[12:])
         rows += [f"| the other {len(d['seconds_per_module']) - 12} modules | {rest:.0f} |", "", f"{machine(d)}. File: {link(path, prefix)}."]
@@ -318,9 +320,13 @@ def render_ci_run(files: list[Path], view: str | None, prefix: str) -> str:
         env = d["environment"]
         minutes = f"{d['seconds'] / 60:.0f} min ({d['seconds']:.0f} s)"
         used = d.get("disk", {}).get("used_peak_gb")  # recorded since tests/disk_space.py
+        parts = d.get("pytest_seconds_per_part", {})  # recorded since scripts/test.sh's two parts
+        pytest_time = f"{d['pytest_seconds']:.0f} s"
+        if len(parts) > 1:
+            pytest_time += " (" + " + ".join(f"{name} {seconds:.0f}" for name, seconds in parts.items()) + ")"
         rows.append(
             f"| {link(path, prefix)} | {env['cpu']}, {env['cores']} cores; commit {env['commit']}, {env['date'][:10]} | {minutes} | "
-            f"{d['setup_seconds']:.0f} s | {d['pytest_seconds']:.0f} s | {d['passed']} / {d['failed'] + d['errors']} / {d['skipped']} | {d['exit_status']} | "
+            f"{d['setup_seconds']:.0f} s | {pytest_time} | {d['passed']} / {d['failed'] + d['errors']} / {d['skipped']} | {d['exit_status']} | "
             f"{'not recorded' if used is None else f'{used:.1f} GB'} |"
         )
     return "\n".join(rows)

@@ -22,6 +22,15 @@ CPU_SMOKE_TIMEOUT_S = 1500
 CPU_SMOKE_RANKS = 2
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test that reads the smoke's CPU run below is ``serial`` (scripts/test.sh runs those one at
+    a time): its launch of verl's trainer needs the machine to itself. Before ``-m`` selects."""
+    for item in items:
+        if "cpu_smoke_run" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.serial)
+
+
 @dataclass
 class CpuSmokeRun:
     """``bash scripts/gpu_smoke.sh --cpu`` on ``ranks`` CPU ranks: its output and ``OUTPUT_ROOT``."""

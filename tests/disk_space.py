@@ -11,7 +11,8 @@ no cause. So:
   says which directory, how much is free and what to do (``DFPO_TEST_MIN_FREE_GB`` sets another
   floor, e.g. 0 to run anyway);
 - the free space is read at every test's set-up and teardown (one ``statvfs`` each, before the
-  fixtures' own), and the terminal summary ends with one line: free at the start, at the lowest
+  fixtures' own; under pytest-xdist, whose workers run the tests, the controller reads it as each
+  phase's report arrives), and the terminal summary ends with one line: free at the start, at the lowest
   (and where) and at the end, and the most the
   session used, the start less the lowest (everything else writing to that disk meanwhile
   included). ``scripts/record_ci_run.py`` keeps that line's figures in its record (``disk``).
@@ -93,6 +94,18 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if reason:
         pytest.exit(reason, returncode=pytest.ExitCode.USAGE_ERROR)
     config.stash[_WATCH] = DiskWatch(directory, free, free)
+    if config.pluginmanager.has_plugin("dsession"):  # pytest-xdist's controller: the tests run in its workers
+        config.pluginmanager.register(_ReportSampler(config.stash[_WATCH]), "dfpo_disk_reports")
+
+
+class _ReportSampler:
+    """Samples the free space as each test phase's report reaches pytest-xdist's controller."""
+
+    def __init__(self, watch: DiskWatch) -> None:
+        self.watch = watch
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.watch.sample(f"the {report.when} of {report.nodeid}")
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -32,6 +32,21 @@ def test_the_junit_report_gives_counts_seconds_per_module_and_the_slowest(tmp_pa
     assert (summary["passed"], summary["failed"], summary["errors"], summary["skipped"]) == (2, 1, 0, 1)
     assert summary["seconds_per_module"] == {"tests/e2e/test_quickstart_cpu.py": 103.0, "tests/dfpo/test_loss.py": 3.0}
     assert summary["slowest_tests"][0] == ["tests/e2e/test_quickstart_cpu.py::test_a", 100.0]
+    assert summary["pytest_seconds_per_part"] == {"junit": 123.4}
+
+
+def test_the_two_parts_reports_add_up_in_the_order_they_ran(tmp_path):
+    """scripts/test.sh's parallel and serial parts each write a report (DFPO_TEST_JUNIT_DIR)."""
+    serial = JUNIT.replace('time="123.4"', 'time="200.0"').replace("test_quickstart_cpu", "test_trainer_cpu")
+    for name, text in (("serial", serial), ("parallel", JUNIT.replace('time="123.4"', 'time="50.5"'))):
+        (tmp_path / f"{name}.xml").write_text(text)
+    reports = _record().junit_reports(tmp_path)
+    assert [path.stem for path in reports] == ["parallel", "serial"]
+    summary = _record().junit_summary(*reports)
+    assert summary["pytest_seconds_per_part"] == {"parallel": 50.5, "serial": 200.0} and summary["pytest_seconds"] == 250.5
+    assert (summary["passed"], summary["failed"], summary["errors"], summary["skipped"]) == (4, 2, 0, 2)
+    assert summary["seconds_per_module"]["tests/e2e/test_trainer_cpu.py"] == 103.0
+    assert summary["seconds_per_module"]["tests/dfpo/test_loss.py"] == 6.0
 
 
 MULTI_NODE_STDERR = """2-node cluster up in 18 s
@@ -82,6 +97,16 @@ def test_the_disk_line_is_read_as_the_disk_plugin_writes_it(tmp_path):
         "free_end_gb": end, "used_peak_gb": 2.5,
     }
     assert _record().disk("2 passed in 3.0s\n") == {}
+
+
+def test_the_disk_over_both_parts_is_their_first_start_lowest_last_end_and_largest_use(tmp_path):
+    from tests.disk_space import GB, DiskWatch
+
+    first = DiskWatch(tmp_path, start=int(60.0 * GB), lowest=int(59.0 * GB), lowest_at="the call of tests/a.py::test_a").summary()
+    second = DiskWatch(tmp_path, start=int(59.5 * GB), lowest=int(57.5 * GB), lowest_at="the teardown of tests/b.py::test_b").summary()
+    disk = _record().disk(f"{first}\n1 passed\n{second}\n1 passed\n")
+    assert (disk["free_start_gb"], disk["free_lowest_gb"], disk["used_peak_gb"]) == (60.0, 57.5, 2.0)
+    assert disk["lowest_at"] == "the teardown of tests/b.py::test_b"
 
 
 def test_the_suites_disk_floor_covers_what_every_recorded_ci_run_used():

@@ -41,3 +41,20 @@ def test_a_session_ends_with_its_disk_line():
     assert ran.returncode == 0, ran.stdout[-2000:]
     (line,) = [line for line in ran.stdout.splitlines() if line.startswith("disk: ")]
     assert line.startswith("disk: ") and "the session used up to" in line
+
+
+def test_under_xdist_the_controller_samples_each_report_and_ends_with_the_line():
+    """scripts/test.sh's parallel part: the tests run in pytest-xdist's workers, so the controller
+    samples as their reports arrive, and the session still ends with its one line."""
+    from types import SimpleNamespace
+
+    from tests.disk_space import DiskWatch, _ReportSampler
+
+    watch = DiskWatch(REPO_ROOT, start=10**18, lowest=10**18)  # more than any disk: the first sample is the lowest
+    _ReportSampler(watch).pytest_runtest_logreport(SimpleNamespace(when="call", nodeid="tests/x.py::test_y"))
+    assert watch.lowest < 10**18 and watch.lowest_at == "the call of tests/x.py::test_y"
+    env = {**os.environ, "DFPO_TEST_MIN_FREE_GB": "0"}
+    ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", ONE_TEST], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stdout[-2000:]
+    (line,) = [line for line in ran.stdout.splitlines() if line.startswith("disk: ")]
+    assert "the session used up to" in line

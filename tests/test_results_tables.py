@@ -85,3 +85,22 @@ def test_a_block_can_name_several_runs_of_the_main_job(tmp_path):
         tables.render(both + ",quickstart_seeds-2026-12-07T0300-avx512.json", "main_job", results)
     with pytest.raises(tables.ResultsError, match="several only in the main_job view"):
         tables.render(both, "seeds", results)
+
+
+def test_a_ci_run_in_two_parts_shows_each_parts_time(tmp_path):
+    """scripts/test.sh's parallel and serial parts: their seconds beside pytest's, and the modules
+    view says a parallel module's seconds are its worker's; a run of one part shows pytest's only."""
+    tables = _tables()
+    results = tmp_path / "results"
+    results.mkdir()
+    source = tables.RESULTS / "ci_run-2026-12-06T1038-avx512.json"
+    data = json.loads(source.read_text())
+    (results / "ci_run-2026-12-07T0100-avx512.json").write_text(json.dumps(data))
+    data["pytest_seconds_per_part"] = {"parallel": 400.2, "serial": 1500.4}
+    data["pytest_seconds"] = 1900.6
+    (results / "ci_run-2026-12-07T0200-avx512.json").write_text(json.dumps(data))
+    table = tables.render("ci_run-*.json", None, results)
+    one, two = [line for line in table.splitlines() if line.startswith("| [ci_run-")]
+    assert "| 2811 s |" in one and "| 1901 s (parallel 400 + serial 1500) |" in two, table
+    assert "on one of its workers" in tables.render("ci_run-*.json", "modules", results)
+    assert "on one of its workers" not in tables.render("ci_run-2026-12-07T0100-avx512.json", "modules", results)

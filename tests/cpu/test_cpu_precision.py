@@ -108,6 +108,7 @@ def _training_pass_seconds(dtype: torch.dtype) -> float:
     return best
 
 
+@pytest.mark.serial  # it times matmuls: a test running beside it would skew the comparison
 def test_the_probes_verdict_predicts_which_dtype_trains_faster_here():
     """The seam: the probe stands for the actor's forward and backward; on this machine, whichever
     kind it is, the dtype it picks must be the one a training pass runs faster in."""

