@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The first command to run on a new GPU node (one GPU is enough): checks the environment, trains
-# DFPO for 2 steps through vLLM, repeats one step in verl's rollout-correction bypass mode, merges the
+# DFPO for 2 steps through vLLM, repeats one step in verl's rollout-correction bypass mode (on one GPU:
+# it checks where the old log-probs come from, not the sharding), merges the
 # checkpoint and evaluates it with the vLLM backend on 2 problems; prints PASS/FAIL per stage and
 # exits 1 if any failed. About 10 minutes on one H100/H200 once the model is on disk.
 #
@@ -20,7 +21,7 @@
 # Qwen3 (python -m dfpo.examples.prepare, no download; MODEL_PATH overrides the model); 2 DFPO steps of
 # recipes/run_dfpo_min_replace_tiny_cpu.sh with ROLLOUT_NAME=vllm (verl's vLLM replica, server and
 # weight sync on vLLM's CPU build) on GPUS_PER_NODE=1 CPU rank by default, their checks with fp32
-# bounds; the bypass-mode step; verl.model_merger; and the vLLM evaluation backend on CPU. What it
+# bounds; the bypass-mode step (one rank); verl.model_merger; and the vLLM evaluation backend on CPU. What it
 # cannot check (CUDA graphs, sleep/wake memory, NCCL, flash-attn, CUDA IPC, ...) is that same list
 # in docs/recipes.md. OUTPUT_ROOT defaults to ~/dfpo_cpu_smoke.
 set -uo pipefail
@@ -86,9 +87,9 @@ data() {
     fi
 }
 
-train() {  # train EXPERIMENT STEPS OLD_LOG_PROBS [hydra overrides...]
-    local experiment="$1" steps="$2" old="$3" log numerics=bf16 checks=()
-    shift 3
+train() {  # train EXPERIMENT STEPS OLD_LOG_PROBS RANKS [hydra overrides...]; RANKS "": GPUS_PER_NODE as set
+    local experiment="$1" steps="$2" old="$3" ranks="$4" log numerics=bf16 checks=()
+    shift 4
     # two or more steps: each update's KL is measured (one more forward per step), and run_checks
     # tells a rollout that sampled with the previous step's weights from one an update behind
     ((steps < 2)) || { set -- "$@" actor_rollout_ref.actor.policy_loss.dfpo_measure_update_kl=true; checks=(--weight-sync); }
@@ -97,8 +98,10 @@ train() {  # train EXPERIMENT STEPS OLD_LOG_PROBS [hydra overrides...]
     # bf16, dfpo/run_checks.py); two steps at SMOKE_LR (default 1e-4) are a plumbing test, not training
     local knobs=("LR=${SMOKE_LR:-1e-4}")
     if [[ "$cpu" == 1 ]]; then
-        knobs=(ROLLOUT_NAME=vllm "GPUS_PER_NODE=${GPUS_PER_NODE:-1}")  # the tiny recipe's own LR (1e-3)
+        knobs=(ROLLOUT_NAME=vllm "GPUS_PER_NODE=${ranks:-${GPUS_PER_NODE:-1}}")  # the tiny recipe's own LR (1e-3)
         numerics=fp32  # the CPU recipes run actor and vLLM in float32
+    elif [[ -n "$ranks" ]]; then
+        knobs+=("GPUS_PER_NODE=$ranks")
     fi
     rm -rf "$output_root/checkpoints/$project/$experiment"
     env OUTPUT_ROOT="$output_root" PROJECT_NAME="$project" EXPERIMENT_NAME="$experiment" \
@@ -140,8 +143,8 @@ else
     stage "environment (python -m dfpo.doctor)" doctor
     stage "toy data (data_prep)" data
 fi
-stage "train DFPO 2 steps (vLLM rollout)" train dfpo 2 recomputed
-stage "train 1 step in rollout-correction bypass mode" train dfpo-bypass 1 rollout algorithm.rollout_correction.bypass_mode=true
+stage "train DFPO 2 steps (vLLM rollout)" train dfpo 2 recomputed ""
+stage "train 1 step in rollout-correction bypass mode (one rank)" train dfpo-bypass 1 rollout 1 algorithm.rollout_correction.bypass_mode=true
 stage "merge the checkpoint (verl.model_merger)" merge
 stage "evaluate 2 problems (vLLM backend)" evaluate
 

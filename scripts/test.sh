@@ -3,8 +3,8 @@
 # whole CPU test suite in two parts (docs/cpu.md, "Tests"):
 #   1. every test not marked `serial`, on up to 4 pytest-xdist workers (one per core), a module per
 #      worker at a time (its module-wide fixtures built once);
-#   2. the tests marked `serial`, one at a time: those that need the machine to themselves (verl's
-#      trainer launched through Ray and vLLM, and the tests that time a limit under load).
+#   2. the tests marked `serial`, one at a time: those that need the machine to themselves (training
+#      through verl's trainer, Ray and vLLM, and the tests that time a limit under load).
 # Both parts run; the command fails if either does. Extra arguments go to one plain pytest run instead,
 # e.g.  bash scripts/test.sh tests/dfpo -x   or the fast tier:  bash scripts/test.sh -m "not slow"
 # DFPO_TEST_JUNIT_DIR=DIR: each part also writes a JUnit report there (scripts/record_ci_run.py reads them).

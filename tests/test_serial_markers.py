@@ -1,9 +1,11 @@
 """scripts/test.sh runs the suite in two parts: the tests not marked ``serial`` on parallel workers,
-then the ``serial`` ones one at a time. A test that launches verl's trainer (Ray, its workers and vLLM
-on 2 cores, up to 17 GB for the quickstart) beside other tests would slow both and could run the
-machine out of memory, and a test that times a limit would measure the other tests' load. So each
-is ``serial``: the end-to-end modules (tests/e2e) by their ``pytestmark``, every test reading the GPU
-smoke's CPU run by tests/conftest.py's rule on its fixture, the rest by their own mark."""
+then the ``serial`` ones one at a time. A test that trains through verl's trainer (Ray, its workers,
+vLLM engines and the update on both cores; up to 17 GB for the quickstart) beside other tests would
+slow both and could run the machine out of memory, and a test that times a limit would measure the
+other tests' load. So each is ``serial``: the end-to-end modules (tests/e2e) by their
+``pytestmark``, every test reading the GPU smoke's CPU run by tests/conftest.py's rule on its
+fixture, the timed tests by their own mark. A launch that stops before training (the GPU smoke's
+GPU-mode launch, which ends where CUDA is first needed; dfpo.main's preflight) shares the machine."""
 
 from __future__ import annotations
 
@@ -13,9 +15,8 @@ import sys
 
 from tests.e2e.recipe_runs import REPO_ROOT
 
-# launch verl's trainer or time a limit outside tests/e2e, and are marked by hand or by fixture
+# train through verl's trainer or time a limit outside tests/e2e, marked by hand or by fixture
 SERIAL_ELSEWHERE = (
-    "tests/recipes/test_gpu_smoke.py::test_gpu_smoke_gpu_mode_training_launch_runs_for_real_until_cuda_is_needed",
     "tests/recipes/test_gpu_smoke.py::test_gpu_smoke_cpu_mode_runs_every_stage_for_real",
     "tests/reward/test_reward_load.py::test_code_limit_counts_waiting_for_a_sandbox_slot",
     "tests/cpu/test_cpu_precision.py::test_the_probes_verdict_predicts_which_dtype_trains_faster_here",
@@ -44,5 +45,7 @@ def test_the_tests_that_launch_or_time_elsewhere_are_serial_and_the_rest_of_thei
     serial = _collected("-m", "serial", *modules)
     for test in SERIAL_ELSEWHERE:
         assert test in serial, (test, serial)
-    # the smoke's stand-in tests run in the parallel part (they launch nothing real)
-    assert "tests/recipes/test_gpu_smoke.py::test_gpu_smoke_needs_a_model" in _collected("-m", "not serial", "tests/recipes/test_gpu_smoke.py")
+    # the smoke's stand-in tests and its GPU-mode launch (no training) run in the parallel part
+    parallel = _collected("-m", "not serial", "tests/recipes/test_gpu_smoke.py")
+    for test in ("test_gpu_smoke_needs_a_model", "test_gpu_smoke_gpu_mode_training_launch_runs_for_real_until_cuda_is_needed"):
+        assert f"tests/recipes/test_gpu_smoke.py::{test}" in parallel, parallel

@@ -25,8 +25,15 @@ pytestmark = pytest.mark.slow
 RAY_STARTED = "Started a local Ray instance"
 
 
-def _main(tmp_path, *overrides: str) -> subprocess.CompletedProcess:
-    (command,) = dry_run("run_dfpo_min_replace_tiny_cpu.sh", OUTPUT_ROOT=str(tmp_path), MODEL_PATH=None)
+@pytest.fixture(scope="module")
+def output_root(tmp_path_factory):
+    """One OUTPUT_ROOT for the module's launches: the first writes the tiny example's model and data
+    there (dfpo.example, several seconds of a warm-start), the others find them."""
+    return tmp_path_factory.mktemp("preflight_main")
+
+
+def _main(output_root, *overrides: str) -> subprocess.CompletedProcess:
+    (command,) = dry_run("run_dfpo_min_replace_tiny_cpu.sh", OUTPUT_ROOT=str(output_root), MODEL_PATH=None)
     argv = [sys.executable, *command.argv[1:], *overrides]
     # far below Ray's start-up: importing verl is most of it (10-20 s on 2 cores); the driver
     # writes the tiny example's model and data first (dfpo.example)
@@ -34,14 +41,14 @@ def _main(tmp_path, *overrides: str) -> subprocess.CompletedProcess:
     return subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=180)
 
 
-def test_dfpo_with_a_group_of_one_stops_before_ray_naming_rollout_n(tmp_path):
-    done = _main(tmp_path, "actor_rollout_ref.rollout.n=1")
+def test_dfpo_with_a_group_of_one_stops_before_ray_naming_rollout_n(output_root):
+    done = _main(output_root, "actor_rollout_ref.rollout.n=1")
     assert done.returncode != 0
     assert "dfpo preflight: actor_rollout_ref.rollout.n=1:" in done.stderr, done.stderr[-2000:]
     assert RAY_STARTED not in done.stdout + done.stderr
 
 
-def test_a_damaged_latest_checkpoint_without_an_intact_one_stops_before_ray_naming_the_file(tmp_path):
+def test_a_damaged_latest_checkpoint_without_an_intact_one_stops_before_ray_naming_the_file(output_root, tmp_path):
     checkpoints = tmp_path / "ckpt"
     actor = checkpoints / "global_step_3" / "actor"
     actor.mkdir(parents=True)
@@ -51,21 +58,21 @@ def test_a_damaged_latest_checkpoint_without_an_intact_one_stops_before_ray_nami
     shard = actor / "model_world_size_2_rank_1.pt"
     shard.write_bytes(shard.read_bytes()[:100])  # a writer killed mid-file
     (checkpoints / TRACKER_FILE).write_text("3")
-    done = _main(tmp_path, f"trainer.default_local_dir={checkpoints}", "trainer.resume_mode=auto")
+    done = _main(output_root, f"trainer.default_local_dir={checkpoints}", "trainer.resume_mode=auto")
     assert done.returncode != 0
     assert f"{shard}: not a readable torch archive" in done.stderr, done.stderr[-2000:]
     assert RAY_STARTED not in done.stdout + done.stderr
 
 
-def test_a_batch_that_splits_into_unequal_mini_batches_stops_before_ray(tmp_path):
-    done = _main(tmp_path, "data.train_batch_size=6")  # the tiny recipe's mini-batch is 4 prompts
+def test_a_batch_that_splits_into_unequal_mini_batches_stops_before_ray(output_root):
+    done = _main(output_root, "data.train_batch_size=6")  # the tiny recipe's mini-batch is 4 prompts
     assert done.returncode != 0
     assert "dfpo preflight: data.train_batch_size=6 is not a multiple of actor_rollout_ref.actor.ppo_mini_batch_size=4" in done.stderr, done.stderr[-2000:]
     assert RAY_STARTED not in done.stdout + done.stderr
 
 
-def test_a_dry_run_checks_prints_the_config_and_starts_nothing(tmp_path):
-    done = _main(tmp_path, "dfpo.dry_run=true", "trainer.total_training_steps=3")
+def test_a_dry_run_checks_prints_the_config_and_starts_nothing(output_root):
+    done = _main(output_root, "dfpo.dry_run=true", "trainer.total_training_steps=3")
     assert done.returncode == 0, done.stderr[-2000:]
     assert "dfpo dry run (dfpo.dry_run=true): every check passed" in done.stdout
     assert "total_training_steps: 3" in done.stdout and "method: dfpo_min_replace" in done.stdout

@@ -173,8 +173,7 @@ def test_gpu_smoke_gpu_mode_commands_compose_in_verl_and_every_key_is_read(defau
     assert bypass.algorithm.rollout_correction.bypass_mode is True
 
 
-@pytest.mark.slow
-@pytest.mark.serial  # verl's trainer through Ray needs the machine to itself (the CPU-mode test is serial by its fixture: tests/conftest.py)
+@pytest.mark.slow  # not serial: the launch stops before any training (the CPU-mode run is serial by its fixture: tests/conftest.py)
 def test_gpu_smoke_gpu_mode_training_launch_runs_for_real_until_cuda_is_needed(default_run):
     """The GPU mode's 2-step training launch, with exactly the arguments gpu_smoke passes (the GPU
     recipe's settings: packing, dynamic batching, fsdp2, vLLM, device cuda), run through the real
@@ -224,7 +223,7 @@ def test_gpu_smoke_needs_a_model(smoke):
 @pytest.mark.slow
 def test_gpu_smoke_cpu_mode_passes_the_cpu_recipe_the_vllm_rollout_and_cpu_settings(smoke):
     tmp_path, run = smoke
-    result = run("--cpu", MODEL_PATH="")  # no model needed: the tiny one is built
+    result = run("--cpu", MODEL_PATH="", GPUS_PER_NODE="2")  # no model needed: the tiny one is built
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     summary = result.stdout.split("gpu_smoke --cpu summary", 1)[1]
     for stage in STAGES:
@@ -235,9 +234,9 @@ def test_gpu_smoke_cpu_mode_passes_the_cpu_recipe_the_vllm_rollout_and_cpu_setti
     trains = [c for c in calls if c.startswith("-m dfpo.main")]
     assert len(trains) == 2 and "algorithm.rollout_correction.bypass_mode=true" in trains[1]
     model = f"actor_rollout_ref.model.path={tmp_path}/smoke/models/tiny_qwen3_cpu"
-    for train in trains:
+    for train, ranks in zip(trains, (2, 1), strict=True):  # the bypass step on one rank whatever GPUS_PER_NODE says
         assert "actor_rollout_ref.rollout.name='vllm'" in train and "base_model=tiny_cpu" in train  # trainer.device=cpu: platform/cpu.yaml
-        assert "trainer.n_gpus_per_node=1" in train and model in train.replace("'", "")
+        assert f"trainer.n_gpus_per_node={ranks}" in train and model in train.replace("'", "")
     assert "PASS  rollout log-probs match the actor's (fp32 bound" in result.stdout
     evaluate = next(c for c in calls if c.startswith("-m dfpo.evaluation.generate"))
     assert "--backend vllm" in evaluate and "--enforce-eager" in evaluate and "--dtype float32" in evaluate
