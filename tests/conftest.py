@@ -16,7 +16,7 @@ from tests.e2e.recipe_runs import RecipeRun, run_command
 
 pytest_plugins = ["tests.disk_space"]  # the session's free disk: checked at the start, reported at the end
 
-# The whole CPU mode on 2 ranks: about 11 minutes on the slowest 2-core machine measured (AVX2 only);
+# The whole CPU mode with its training stage on 2 ranks: about 11 minutes on the slowest 2-core machine measured (AVX2 only);
 # far beyond that something hangs.
 CPU_SMOKE_TIMEOUT_S = 1500
 CPU_SMOKE_RANKS = 2
@@ -46,8 +46,8 @@ class CpuSmokeRun:
 @pytest.fixture(scope="session")
 def cpu_smoke_run(tmp_path_factory) -> CpuSmokeRun:
     """The GPU smoke's every stage on CPU (doctor, data and tiny model, DFPO 2 steps through verl's vLLM
-    rollout, 1 bypass-mode step, merge, vLLM evaluation) on 2 ranks, as the tiny recipe runs by
-    default. Read by tests/recipes/test_gpu_smoke.py (the script's stages) and by
+    rollout on 2 ranks as the tiny recipe runs by default, 1 bypass-mode step on one rank, merge,
+    vLLM evaluation). Read by tests/recipes/test_gpu_smoke.py (the script's stages) and by
     tests/e2e/test_trainer_cpu.py (the training stage's log, validation and checkpoints)."""
     output_root = tmp_path_factory.mktemp("cpu_smoke") / "smoke"
     run = run_command(

@@ -9,8 +9,8 @@ verl's own validation (k samples each, dumped by the trainer and turned into eva
 report, its figures and ``report/quickstart.json``.
 
 The README's second form of the command, ``--methods dfpo_min_replace gspo``, adds the GSPO
-baseline: the same training path with GSPO's recipe, ten more steps on 2 cores (about 7 minutes,
-more than CI's budget holds beside this run). Its parts are tested where they cost less: its plan
+baseline: the same training path with GSPO's recipe, ten more steps on 2 cores (about as long as
+DFPO's run, more than CI's budget holds beside it). Its parts are tested where they cost less: its plan
 (DFPO's finished run reused, GSPO trained) in tests/quickstart/test_quickstart_options.py, verl's
 GSPO loss through dfpo's worker with DFPO's diagnostics and no transform in the launch of
 tests/e2e/test_weight_sync_check_cpu.py (the tiny model), and its result on this model is recorded
