@@ -35,6 +35,28 @@ def uid_lock_dir() -> str:
     )
 
 
+def lease_path(lock_dir: str, uid: int) -> str:
+    """The file whose exclusive ``flock`` is the uid's lease."""
+    return os.path.join(lock_dir, str(uid))
+
+
+def is_leased(uid: int, lock_dir: str | None = None) -> bool:
+    """Whether a process holds the uid's lease now (probed with a non-blocking ``flock`` on a
+    descriptor of its own, so a lease this process holds counts too). A uid a process used and
+    released may since run another scorer's sandbox; that run's processes are its holder's."""
+    try:
+        fd = os.open(lease_path(lock_dir or uid_lock_dir(), uid), os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # drops the probe's own lock, if it took it
+    return False
+
+
 class UidLeases:
     """Hands out dedicated uids, one per concurrent run, across every process of the host.
 
@@ -69,7 +91,7 @@ class UidLeases:
                 self._next = (self._next + 1) % self._count
             for offset in range(self._count):
                 uid = self._base + (start + offset) % self._count
-                fd = os.open(os.path.join(self._lock_dir, str(uid)), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                fd = os.open(lease_path(self._lock_dir, uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import glob
 import json
 import os
@@ -15,7 +14,7 @@ import pytest
 
 from reward import math_verify_pool
 from reward import sandbox as sandbox_module
-from reward.sandbox.uids import uid_lock_dir
+from reward.sandbox.uids import is_leased
 
 DATA = Path(__file__).parent / "data"
 
@@ -51,23 +50,6 @@ def _in_spare_sandbox(process: psutil.Process, spares: set[int]) -> bool:
         return False
 
 
-def _leased_by_another_process(uid: int) -> bool:
-    """Whether another process holds the uid's lease now (its flock, reward/sandbox/uids.py): a uid
-    this process used and released may since run another scorer's sandbox, e.g. a test on another
-    pytest-xdist worker (scripts/test.sh), whose processes are that process's to account for."""
-    try:
-        fd = os.open(os.path.join(uid_lock_dir(), str(uid)), os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # drops the probe's own lock, if it took it
-    return False
-
-
 def stray_processes() -> list[str]:
     """Descendants of this test process started during the current test (other than
     math-verify pool workers and sandboxes launched ahead) and any process still running
@@ -85,11 +67,11 @@ def stray_processes() -> list[str]:
         except psutil.NoSuchProcess:
             continue
     if os.geteuid() == 0:
-        # only the uids this process leased, unless another process leases one of them now: other
-        # processes may be scoring concurrently (spares of any Sandbox here may hold a uid that
-        # this one used before)
+        # only the uids this process leased and no process leases now: other processes may be
+        # scoring concurrently, e.g. a test on another pytest-xdist worker (scripts/test.sh), and
+        # spares of any Sandbox here may hold a uid that this one used before
         for uid in set(sandbox_module.default_sandbox().recent_uids()) - sandbox_module.spare_uids():
-            if not _leased_by_another_process(uid):
+            if not is_leased(uid):
                 found += [f"uid {uid}: pid {pid}" for pid in sandbox_module.processes_of_uid(uid)]
     return found
 

@@ -244,9 +244,7 @@ def test_the_leftover_check_leaves_a_uid_another_process_leases_now_to_that_proc
     """tests/reward/conftest.py's stray check looks at the uids this process used; one of them may
     since be leased by another scorer (a test on another pytest-xdist worker): while that process
     holds the lease, its processes are not this test's leftovers."""
-    from reward.sandbox.uids import UID_COUNT, uid_base, uid_lock_dir
-
-    from .conftest import _leased_by_another_process
+    from reward.sandbox.uids import UID_COUNT, is_leased, uid_base, uid_lock_dir
 
     uid = uid_base() + UID_COUNT - 1
     os.makedirs(uid_lock_dir(), exist_ok=True)
@@ -257,8 +255,8 @@ def test_the_leftover_check_leaves_a_uid_another_process_leases_now_to_that_proc
     )
     try:
         assert holder.stdout.readline().strip() == "held"
-        assert _leased_by_another_process(uid)
+        assert is_leased(uid)
     finally:
         holder.stdin.close()
         holder.wait(timeout=30)
-    assert not _leased_by_another_process(uid)
+    assert not is_leased(uid)
