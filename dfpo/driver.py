@@ -13,7 +13,7 @@
   those keys are dropped, saying so.
 * :func:`prepare_example`: ``dfpo.example`` names one of dfpo's examples (the tiny model, the
   pretrained SmolLM2), whose model and task are written under ``dfpo.output_root`` once
-  (``python -m dfpo.examples.prepare``).
+  (``python -m dfpo.examples.prepare``, run only when they are missing or stale).
 * :func:`tee_console`: the driver's output (Ray forwards every worker's) is also appended to
   ``dfpo.console_log``, one file per run across its launches.
 """
@@ -74,11 +74,16 @@ def drop_node_resources_on_a_cluster(config, say=print, environ: dict[str, str] 
 
 
 def prepare_example(config) -> None:
-    """Write ``dfpo.example``'s model and task under ``dfpo.output_root`` (once; a no-op when current)."""
+    """Write ``dfpo.example``'s model and task under ``dfpo.output_root`` (once; a no-op when current:
+    :func:`dfpo.examples.prepare.is_prepared`, checked in this process)."""
     example = OmegaConf.select(config, "dfpo.example")
     if not example:
         return
     root = OmegaConf.select(config, "dfpo.output_root")
+    from dfpo.examples.prepare import is_prepared
+
+    if is_prepared(Path(str(root)), str(example)):  # checked here: the command's own imports cost a relaunch 2 s
+        return
     command = [sys.executable, "-m", "dfpo.examples.prepare", "--model", str(example), "--output-root", str(root)]
     result = subprocess.run(command, stdout=sys.stderr)
     if result.returncode != 0:

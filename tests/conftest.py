@@ -6,6 +6,8 @@ shared rather than repeated (docs/cpu.md, "Where CI's time goes").
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,3 +59,22 @@ def cpu_smoke_run(tmp_path_factory) -> CpuSmokeRun:
     )
     print(f"bash scripts/gpu_smoke.sh --cpu on {CPU_SMOKE_RANKS} ranks: {run.seconds:.0f} s")
     return CpuSmokeRun(run, output_root, CPU_SMOKE_RANKS)
+
+
+@pytest.fixture(scope="session")
+def tiny_example(tmp_path_factory):
+    """``tiny_example(output_root)``: ``output_root`` with the tiny recipes' model and data in it,
+    built once per session (``python -m dfpo.examples.prepare --model tiny``, about 10 s on 2 cores)
+    and copied, so that the end-to-end runs' launches find them current instead of each building
+    its own. The GPU smoke's CPU run builds its own: that stage is part of what it tests."""
+    from dfpo.examples.prepare import data_dir, model_dir
+
+    built = tmp_path_factory.mktemp("tiny_example")
+    subprocess.run([sys.executable, "-m", "dfpo.examples.prepare", "--model", "tiny", "--output-root", str(built)], check=True, stdout=subprocess.DEVNULL)
+
+    def into(output_root: Path) -> Path:
+        for folder in (data_dir, model_dir):
+            shutil.copytree(folder(built), folder(output_root))
+        return output_root
+
+    return into

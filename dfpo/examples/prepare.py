@@ -23,7 +23,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from dfpo.examples.tiny_model import TinyModelSpec, ensure_tiny_model
+from dfpo.examples.tiny_model import TinyModelSpec, ensure_tiny_model, is_built
 
 MODEL_DIR_NAME = "tiny_qwen3_cpu"
 MODELS = ("tiny", "smollm2_135m")
@@ -74,6 +74,25 @@ def prepare_parquet_if_stale(directory: Path) -> tuple[Path, Path]:
     if not is_current(directory):
         prepare_parquet(directory)
     return directory / TRAIN_FILE, directory / TEST_FILE
+
+
+def is_prepared(output_root: Path, model: str) -> bool:
+    """Whether ``output_root`` already holds ``model``'s recipe files as :func:`main` would write
+    them (then a launch need not run ``python -m dfpo.examples.prepare``): for ``tiny``, both parquet
+    files and the tiny model built from today's :class:`TinyModelSpec`; for ``smollm2_135m``, this
+    version of the sums task and the current conversion of the installed GGUF file."""
+    if model not in MODELS:
+        raise ValueError(f"unknown example model {model!r}: one of {', '.join(MODELS)}")
+    root = Path(output_root).expanduser().resolve()
+    if model == "tiny":
+        from dfpo.examples.toy_task import TEST_FILE, TRAIN_FILE
+
+        data = data_dir(root)
+        return (data / TRAIN_FILE).exists() and (data / TEST_FILE).exists() and is_built(model_dir(root))
+    from dfpo.examples.pretrained_model import is_converted
+    from dfpo.examples.sums_task import is_current
+
+    return is_current(data_dir(root)) and is_converted(root)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -159,16 +159,32 @@ def convert(source: GgufSource, target: Path, record: dict) -> None:
         raise
 
 
-def ensure_pretrained_model(output_root: Path, log=print) -> Path:
-    """The converted model directory under ``output_root``, converted if missing or stale."""
+def _checked_source() -> tuple[GgufSource, str]:
+    """The installed GGUF file and its SHA-256, refused unless it is the file this conversion is for."""
     source = locate_gguf()
-    target = model_dir(output_root)
     digest = source.sha256()
     if digest != GGUF_SHA256:
         raise PretrainedModelError(
             f"{source.path} ({DISTRIBUTION} {source.version}) has SHA-256 {digest}, not that of the file this "
             f"conversion is written and measured for ({GGUF_SHA256}); {INSTALL_HINT}"
         )
+    return source, digest
+
+
+def is_converted(output_root: Path) -> bool:
+    """Whether ``output_root`` holds the current conversion of the installed GGUF file (False
+    where the file is missing or not the expected one: :func:`ensure_pretrained_model` says why)."""
+    try:
+        source, digest = _checked_source()
+    except PretrainedModelError:
+        return False
+    return _is_current(model_dir(output_root), _expected_record(source, digest))
+
+
+def ensure_pretrained_model(output_root: Path, log=print) -> Path:
+    """The converted model directory under ``output_root``, converted if missing or stale."""
+    source, digest = _checked_source()
+    target = model_dir(output_root)
     expected = _expected_record(source, digest)
     if _is_current(target, expected):
         return target

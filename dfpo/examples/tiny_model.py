@@ -201,13 +201,18 @@ def warm_start(model, tokenizer, spec: TinyModelSpec, prompts: list[str], answer
     return losses
 
 
+def is_built(target: str | os.PathLike, spec: TinyModelSpec = TinyModelSpec()) -> bool:
+    """Whether directory ``target`` holds the checkpoint built from ``spec`` (its recorded spec)."""
+    record = Path(target) / SPEC_FILE
+    return record.exists() and json.loads(record.read_text()).get("spec") == asdict(spec)
+
+
 def ensure_tiny_model(target: str | os.PathLike, prompts: list[str], answer_pool: list[str], spec: TinyModelSpec = TinyModelSpec()) -> Path:
     """The warm-started tiny model's checkpoint in directory ``target``, (re)built unless the
     checkpoint there was built from ``spec``. Written to a temporary directory, then renamed: an
     interrupted build leaves no half-written checkpoint behind."""
     target = Path(target)
-    record = target / SPEC_FILE
-    if record.exists() and json.loads(record.read_text()).get("spec") == asdict(spec):
+    if is_built(target, spec):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     tokenizer = build_char_tokenizer()

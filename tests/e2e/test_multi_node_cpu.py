@@ -194,7 +194,7 @@ def _watch(cluster: Cluster, stop: threading.Event) -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster(tmp_path_factory, tiny_example):
     root = tmp_path_factory.mktemp("multi_node")
     # Ray's socket paths live under the temp dir and must stay below 107 characters
     short = Path(tempfile.mkdtemp(prefix="dfpo-mn-", dir="/tmp"))
@@ -233,7 +233,7 @@ def cluster(tmp_path_factory):
         address=address,
         dashboard=f"http://127.0.0.1:{dashboard_port}",
         token_file=token_file,
-        output_root=root / "runs",
+        output_root=tiny_example(root / "runs"),
         probe_records=records,
         client_env={**common, "RAY_ADDRESS": address, "RAY_AUTH_MODE": "token"},
         head=head,

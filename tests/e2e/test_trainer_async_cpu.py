@@ -46,8 +46,8 @@ def _run(output_root, mode: str, steps: int, rollout: str, args: tuple[str, ...]
 
 
 @pytest.fixture(scope="module")
-def output_root(tmp_path_factory):
-    return tmp_path_factory.mktemp("dfpo_async_runs")
+def output_root(tmp_path_factory, tiny_example):
+    return tiny_example(tmp_path_factory.mktemp("dfpo_async_runs"))
 
 
 @pytest.fixture(scope="module")

@@ -43,9 +43,9 @@ RECIPE = "run_gspo_tiny_cpu.sh"
 
 
 @pytest.fixture(scope="module")
-def stale_gspo_run(tmp_path_factory):
+def stale_gspo_run(tmp_path_factory, tiny_example):
     """(the run, its file log path, its steps' metrics)."""
-    output_root = tmp_path_factory.mktemp("stale_gspo")
+    output_root = tiny_example(tmp_path_factory.mktemp("stale_gspo"))
     env = {
         "OUTPUT_ROOT": str(output_root),
         "TOTAL_TRAINING_STEPS": str(STEPS),
