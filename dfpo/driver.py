@@ -82,7 +82,11 @@ def prepare_example(config) -> None:
     root = OmegaConf.select(config, "dfpo.output_root")
     from dfpo.examples.prepare import is_prepared
 
-    if is_prepared(Path(str(root)), str(example)):  # checked here: the command's own imports cost a relaunch 2 s
+    try:
+        current = is_prepared(Path(str(root)), str(example))  # checked here: the command's own imports cost a relaunch 2 s
+    except (OSError, ValueError):  # an unreadable file (JSON, parquet): the command rebuilds it or says what is wrong
+        current = False
+    if current:
         return
     command = [sys.executable, "-m", "dfpo.examples.prepare", "--model", str(example), "--output-root", str(root)]
     result = subprocess.run(command, stdout=sys.stderr)

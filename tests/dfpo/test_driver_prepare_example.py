@@ -82,6 +82,13 @@ def test_a_tiny_model_built_from_another_spec_is_rebuilt(tmp_path, commands):
     assert len(commands) == 1
 
 
+def test_an_unreadable_record_leaves_it_to_the_prepare_command(tmp_path, commands):
+    root = _tiny_root(tmp_path / "out")
+    (prepare.model_dir(root) / SPEC_FILE).write_text("{not json")
+    driver.prepare_example(_config(root))
+    assert len(commands) == 1
+
+
 def test_a_failing_prepare_command_stops_the_driver_naming_it(tmp_path, monkeypatch):
     monkeypatch.setattr(driver.subprocess, "run", lambda command, **kwargs: subprocess.CompletedProcess(command, 3))
     with pytest.raises(driver.DriverSetupError, match=r"dfpo\.examples\.prepare --model tiny .* failed \(exit status 3"):
