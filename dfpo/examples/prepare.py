@@ -37,15 +37,22 @@ def model_dir(output_root: Path) -> Path:
     return output_root / "models" / MODEL_DIR_NAME
 
 
+def tiny_data_files(output_root: Path) -> tuple[Path, Path]:
+    """The toy task's (train, test) parquet of the tiny recipes under ``output_root``."""
+    from dfpo.examples.toy_task import TEST_FILE, TRAIN_FILE
+
+    directory = data_dir(output_root)
+    return directory / TRAIN_FILE, directory / TEST_FILE
+
+
 def prepare(output_root: Path, spec: TinyModelSpec = TinyModelSpec()) -> tuple[Path, Path, Path]:
     """The tiny recipes' (model directory, train parquet, test parquet) under ``output_root``, built if missing."""
     from data_prep.math_prompts import DEFAULT_TEMPLATE, render_math_prompt
-    from dfpo.examples.toy_task import TEST_FILE, TRAIN_FILE, answer_pool, arithmetic_split, prepare_parquet
+    from dfpo.examples.toy_task import answer_pool, arithmetic_split, prepare_parquet
 
-    directory = data_dir(output_root)
-    train, test = directory / TRAIN_FILE, directory / TEST_FILE
+    train, test = tiny_data_files(output_root)
     if not (train.exists() and test.exists()):
-        prepare_parquet(directory)
+        prepare_parquet(data_dir(output_root))
     train_problems, _ = arithmetic_split()
     model = ensure_tiny_model(
         model_dir(output_root),
@@ -85,10 +92,7 @@ def is_prepared(output_root: Path, model: str) -> bool:
         raise ValueError(f"unknown example model {model!r}: one of {', '.join(MODELS)}")
     root = Path(output_root).expanduser().resolve()
     if model == "tiny":
-        from dfpo.examples.toy_task import TEST_FILE, TRAIN_FILE
-
-        data = data_dir(root)
-        return (data / TRAIN_FILE).exists() and (data / TEST_FILE).exists() and is_built(model_dir(root))
+        return all(path.exists() for path in tiny_data_files(root)) and is_built(model_dir(root))
     from dfpo.examples.pretrained_model import is_converted
     from dfpo.examples.sums_task import is_current
 
