@@ -375,7 +375,26 @@ def render_trainer_startup(files: list[Path], view: str | None, prefix: str) -> 
     return "\n".join(rows)
 
 
+def render_setup(files: list[Path], view: str | None, prefix: str) -> str:
+    """Each run of the newest file (installer, seconds, .venv size), then the means, the ratio uv / pip
+    and whether both installed the same stack."""
+    path = files[-1]
+    d = json.loads(path.read_text())
+    rows = ["| run | installer | `bash scripts/install_env.sh` on a fresh copy (s) | `.venv` | distributions |", "|---|---|---|---|---|"]
+    for number, run in enumerate(d["runs"], start=1):
+        rows.append(f"| {number} | {run['installer']} | {run['seconds']:.0f} | {run['venv_bytes'] / 1e9:.1f} GB | {len(run['distributions'])} |")
+    s = d["summary"]
+    same = "the same versions of every distribution" if not d["differences"] else f"different versions of {', '.join(sorted(d['differences']))}"
+    rows += [
+        "",
+        f"Means: uv {s['uv']['seconds']:.0f} s, pip {s['pip']['seconds']:.0f} s ({s['uv_over_pip']:.2f}x); both installed {same} "
+        f"(pip and uv themselves aside). {machine(d)}. File: {link(path, prefix)}, written by `{d['command']}`.",
+    ]
+    return "\n".join(rows)
+
+
 RENDERERS = {
+    "setup": render_setup,
     "trainer_startup": render_trainer_startup,
     "ci_run": render_ci_run,
     "reward": render_reward,

@@ -1,0 +1,83 @@
+"""scripts/bench_setup.py and scripts/install_env.sh's choice of installer: what the benchmark copies,
+counts and compares, and how it sums the runs up."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+from tests.script_modules import load_script
+
+from dfpo.benchmark_record import REPO_ROOT
+
+
+def _bench():
+    return load_script("bench_setup")
+
+
+def _run(installer: str, seconds: float, **versions: str) -> dict:
+    return {"installer": installer, "seconds": seconds, "venv_bytes": 1, "distributions": versions}
+
+
+def test_the_same_stack_from_both_installers_has_no_differences():
+    runs = [_run("pip", 150.0, torch="2.11.0", pip="26.3"), _run("uv", 35.0, torch="2.11.0", pip="23.2.1", uv="0.13.9")]
+    assert _bench().differences(runs) == {}
+
+
+def test_a_version_that_differs_or_a_missing_distribution_is_listed_with_each_runs_version():
+    runs = [
+        _run("pip", 150.0, torch="2.11.0", numpy="2.3.0", regex="2026.1"),
+        _run("uv", 35.0, torch="2.11.0", numpy="2.4.1"),
+    ]
+    assert _bench().differences(runs) == {
+        "numpy": {"run1 (pip)": "2.3.0", "run2 (uv)": "2.4.1"},
+        "regex": {"run1 (pip)": "2026.1", "run2 (uv)": None},
+    }
+
+
+def test_the_summary_gives_each_installers_mean_and_the_ratio_uv_over_pip():
+    runs = [_run("pip", 150.0), _run("uv", 30.0), _run("pip", 160.0), _run("uv", 40.0)]
+    assert _bench().summary(runs) == {"pip": {"runs": 2, "seconds": 155.0}, "uv": {"runs": 2, "seconds": 35.0}, "uv_over_pip": 0.23}
+
+
+def test_hard_linked_files_count_once(tmp_path):
+    (tmp_path / "a").write_bytes(b"x" * 1000)
+    os.link(tmp_path / "a", tmp_path / "b")
+    (tmp_path / "c").write_bytes(b"y" * 10)
+    assert _bench().folder_bytes(tmp_path) == 1010
+
+
+def test_the_copy_holds_the_tracked_files_as_they_are_and_nothing_untracked(tmp_path):
+    bench = _bench()
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    (repo / "scripts" / "install_env.sh").write_text("committed\n")
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    (repo / "scripts" / "install_env.sh").write_text("edited, not committed\n")
+    (repo / "untracked.txt").write_text("not part of the project\n")
+    bench.REPO_ROOT = repo
+    bench.copy_project(tmp_path / "copy")
+    assert (tmp_path / "copy" / "scripts" / "install_env.sh").read_text() == "edited, not committed\n"
+    assert not (tmp_path / "copy" / "untracked.txt").exists()
+
+
+def test_install_env_refuses_an_unknown_installer_before_creating_anything(tmp_path):
+    (tmp_path / "scripts").mkdir()
+    shutil.copy2(REPO_ROOT / "scripts" / "install_env.sh", tmp_path / "scripts" / "install_env.sh")
+    done = subprocess.run(
+        ["bash", "scripts/install_env.sh"], cwd=tmp_path, env={**os.environ, "DFPO_INSTALLER": "conda"}, capture_output=True, text=True
+    )
+    assert done.returncode == 2
+    assert "DFPO_INSTALLER=conda: use uv (the default) or pip" in done.stderr
+    assert not (tmp_path / ".venv").exists()
+
+
+def test_the_uv_path_installs_the_pinned_uv_and_installs_every_step_with_it():
+    script = (REPO_ROOT / "scripts" / "install_env.sh").read_text()
+    assert 'installer="${DFPO_INSTALLER:-uv}"' in script
+    pin = next(line for line in script.splitlines() if line.startswith("UV_PIN="))
+    assert pin.count("==") == 1, pin  # an exact version
+    assert '.venv/bin/python -m pip install -q --disable-pip-version-check "$UV_PIN"' in script
+    assert "install_into_venv() { .venv/bin/uv pip install -q --python .venv/bin/python" in script
