@@ -39,7 +39,9 @@ case "$installer" in
   uv)
     # pip's warnings about this machine's extra local indexes are left out; everything else is shown
     .venv/bin/python -m pip install -q --disable-pip-version-check "$UV_PIN" 2> >(grep -v "^WARNING: Location .* is ignored" >&2)
-    install_into_venv() { .venv/bin/uv pip install -q --python .venv/bin/python "$@"; }
+    # --compile-bytecode: the .pyc files pip writes at install too (without them every process
+    # compiles what it imports, where PYTHONDONTWRITEBYTECODE is set each time: twice the import time)
+    install_into_venv() { .venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python "$@"; }
     ;;
   pip)
     install_into_venv() {
