@@ -9,8 +9,10 @@ cache is a new empty directory (``PIP_CACHE_DIR``, ``UV_CACHE_DIR``), and ``DFPO
 the installer. The installers alternate within a round. Each copy is deleted after its run
 (about 7 GB each).
 
-Records, per run: the seconds ``bash scripts/install_env.sh`` took, the size of the ``.venv`` and
-every distribution it holds (name and version). The comparison lists the distributions whose
+Records, per run: the seconds ``bash scripts/install_env.sh`` took, the size of the ``.venv``, every
+distribution it holds (name and version), and the seconds ``import verl, vllm`` then takes in the
+new venv with ``PYTHONDONTWRITEBYTECODE=1`` (the mean of 2; what every process of a run pays, and
+twice as much where the install wrote no ``.pyc`` files). The comparison lists the distributions whose
 versions differ between the installers, the installers themselves (pip, uv) left out: the set-up
 must install the same stack whichever runs it. The summary gives each installer's mean and the
 ratio uv / pip. Writes ``benchmarks/results/setup-<UTC time>-<cpu capability>.json`` with the
@@ -70,6 +72,20 @@ def folder_bytes(path: Path) -> int:
     return total
 
 
+IMPORT_REPEATS = 2
+
+
+def import_seconds(python: Path) -> float:
+    """Mean seconds of ``import verl, vllm`` in a new process of ``python``, with no .pyc written."""
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    times = []
+    for _ in range(IMPORT_REPEATS):
+        started = time.monotonic()
+        subprocess.run([str(python), "-c", "import verl, vllm"], env=env, capture_output=True, check=True)
+        times.append(time.monotonic() - started)
+    return round(sum(times) / len(times), 1)
+
+
 def one_run(work_dir: Path, installer: str, number: int) -> dict:
     project = work_dir / f"run{number}-{installer}"
     shutil.rmtree(project, ignore_errors=True)
@@ -93,6 +109,7 @@ def one_run(work_dir: Path, installer: str, number: int) -> dict:
         "seconds": seconds,
         "venv_bytes": folder_bytes(project / ".venv"),
         "distributions": json.loads(listed.stdout),
+        "import_verl_vllm_s": import_seconds(project / ".venv" / "bin" / "python"),
     }
     shutil.rmtree(project, ignore_errors=True)
     return result
@@ -118,7 +135,11 @@ def summary(runs: list[dict]) -> dict:
     for installer in INSTALLERS:
         mine = [run for run in runs if run["installer"] == installer]
         if mine:
-            by_installer[installer] = {"runs": len(mine), "seconds": mean([run["seconds"] for run in mine])}
+            by_installer[installer] = {
+                "runs": len(mine),
+                "seconds": mean([run["seconds"] for run in mine]),
+                "import_verl_vllm_s": mean([run["import_verl_vllm_s"] for run in mine]),
+            }
     if len(by_installer) == 2:
         by_installer["uv_over_pip"] = round(by_installer["uv"]["seconds"] / by_installer["pip"]["seconds"], 2)
     return by_installer
@@ -146,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             number = len(record["runs"]) + 1
             print(f"run {number}: round {round_number + 1}, DFPO_INSTALLER={installer}", flush=True)
             result = one_run(work_dir, installer, number)
-            print(f"run {number}: {result['seconds']} s, .venv {result['venv_bytes'] / 1e9:.1f} GB, {len(result['distributions'])} distributions", flush=True)
+            print(f"run {number}: {result['seconds']} s, import verl, vllm {result['import_verl_vllm_s']} s, .venv {result['venv_bytes'] / 1e9:.1f} GB, {len(result['distributions'])} distributions", flush=True)
             record["runs"].append(result)
     record["differences"] = differences(record["runs"])
     record["summary"] = summary(record["runs"])

@@ -380,9 +380,14 @@ def render_setup(files: list[Path], view: str | None, prefix: str) -> str:
     and whether both installed the same stack."""
     path = files[-1]
     d = json.loads(path.read_text())
-    rows = ["| run | installer | `bash scripts/install_env.sh` on a fresh copy (s) | `.venv` | distributions |", "|---|---|---|---|---|"]
+    rows = [
+        "| run | installer | `bash scripts/install_env.sh` on a fresh copy (s) | then `import verl, vllm` (s) | `.venv` | distributions |",
+        "|---|---|---|---|---|---|",
+    ]
     for number, run in enumerate(d["runs"], start=1):
-        rows.append(f"| {number} | {run['installer']} | {run['seconds']:.0f} | {run['venv_bytes'] / 1e9:.1f} GB | {len(run['distributions'])} |")
+        rows.append(
+            f"| {number} | {run['installer']} | {run['seconds']:.0f} | {run['import_verl_vllm_s']:.1f} | {run['venv_bytes'] / 1e9:.1f} GB | {len(run['distributions'])} |"
+        )
     s = d["summary"]
     same = "the same versions of every distribution" if not d["differences"] else f"different versions of {', '.join(sorted(d['differences']))}"
     rows += [
