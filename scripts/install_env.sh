@@ -35,18 +35,18 @@ fi
 rm -f "$stamp"
 UV_PIN="uv==0.13.9"
 echo "[setup] installing the pinned CPU stack into .venv with $installer (about 7 GB on a fresh machine)"
+pip_in_venv() {  # pip's warnings about this machine's extra local indexes are left out; everything else is shown
+  .venv/bin/python -m pip install -q --disable-pip-version-check "$@" 2> >(grep -v "^WARNING: Location .* is ignored" >&2)
+}
 case "$installer" in
   uv)
-    # pip's warnings about this machine's extra local indexes are left out; everything else is shown
-    .venv/bin/python -m pip install -q --disable-pip-version-check "$UV_PIN" 2> >(grep -v "^WARNING: Location .* is ignored" >&2)
+    pip_in_venv "$UV_PIN"
     # --compile-bytecode: the .pyc files pip writes at install too (without them every process
     # compiles what it imports, where PYTHONDONTWRITEBYTECODE is set each time: twice the import time)
     install_into_venv() { .venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python "$@"; }
     ;;
   pip)
-    install_into_venv() {
-      .venv/bin/python -m pip install -q --disable-pip-version-check "$@" 2> >(grep -v "^WARNING: Location .* is ignored" >&2)
-    }
+    install_into_venv() { pip_in_venv "$@"; }
     install_into_venv --upgrade pip
     ;;
 esac

@@ -85,5 +85,5 @@ def test_the_uv_path_installs_the_pinned_uv_and_every_step_with_it_writing_the_p
     assert 'installer="${DFPO_INSTALLER:-uv}"' in script
     pin = next(line for line in script.splitlines() if line.startswith("UV_PIN="))
     assert pin.count("==") == 1, pin  # an exact version
-    assert '.venv/bin/python -m pip install -q --disable-pip-version-check "$UV_PIN"' in script
+    assert 'pip_in_venv "$UV_PIN"' in script
     assert "install_into_venv() { .venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python" in script
