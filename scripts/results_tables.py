@@ -352,19 +352,26 @@ def render_recovery(files: list[Path], prefix: str) -> str:
     return "\n".join(rows)
 
 
+def runs_table(path: Path, columns: list[str], cells) -> tuple[dict, list[str]]:
+    """(the results file's data, a table of its runs: a numbered row per run, ``cells(run)`` its other columns)."""
+    d = json.loads(path.read_text())
+    rows = ["| run | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    for number, run in enumerate(d["runs"], start=1):
+        rows.append(f"| {number} | " + " | ".join(cells(run)) + " |")
+    return d, rows
+
+
 def render_trainer_startup(files: list[Path], view: str | None, prefix: str) -> str:
     """Each run of the newest file (torch.compile off or on), then the means and the ratio off / on."""
     path = files[-1]
-    d = json.loads(path.read_text())
-    rows = [
-        "| run | torch.compile | launch to ready to fit (s) | the 2 steps (s) | whole run (s) | inductor cache left |",
-        "|---|---|---|---|---|---|",
-    ]
-    for number, run in enumerate(d["runs"], start=1):
-        rows.append(
-            f"| {number} | {'on' if run['torch_compile'] else 'off'} | {run['ready_to_fit_s']:.0f} | {sum(run['steps_s']):.1f} | "
-            f"{run['run_s']:.0f} | {run['inductor_cache_bytes'] / 1e6:.1f} MB |"
-        )
+    d, rows = runs_table(
+        path,
+        ["torch.compile", "launch to ready to fit (s)", "the 2 steps (s)", "whole run (s)", "inductor cache left"],
+        lambda run: [
+            "on" if run["torch_compile"] else "off", f"{run['ready_to_fit_s']:.0f}", f"{sum(run['steps_s']):.1f}",
+            f"{run['run_s']:.0f}", f"{run['inductor_cache_bytes'] / 1e6:.1f} MB",
+        ],
+    )
     s = d["summary"]
     rows += [
         "",
@@ -379,15 +386,14 @@ def render_setup(files: list[Path], view: str | None, prefix: str) -> str:
     """Each run of the newest file (installer, seconds, .venv size), then the means, the ratio uv / pip
     and whether both installed the same stack."""
     path = files[-1]
-    d = json.loads(path.read_text())
-    rows = [
-        "| run | installer | `bash scripts/install_env.sh` on a fresh copy (s) | then `import verl, vllm` (s) | `.venv` | distributions |",
-        "|---|---|---|---|---|---|",
-    ]
-    for number, run in enumerate(d["runs"], start=1):
-        rows.append(
-            f"| {number} | {run['installer']} | {run['seconds']:.0f} | {run['import_verl_vllm_s']:.1f} | {run['venv_bytes'] / 1e9:.1f} GB | {len(run['distributions'])} |"
-        )
+    d, rows = runs_table(
+        path,
+        ["installer", "`bash scripts/install_env.sh` on a fresh copy (s)", "then `import verl, vllm` (s)", "`.venv`", "distributions"],
+        lambda run: [
+            run["installer"], f"{run['seconds']:.0f}", f"{run['import_verl_vllm_s']:.1f}", f"{run['venv_bytes'] / 1e9:.1f} GB",
+            str(len(run["distributions"])),
+        ],
+    )
     s = d["summary"]
     same = "the same versions of every distribution" if not d["differences"] else f"different versions of {', '.join(sorted(d['differences']))}"
     rows += [
