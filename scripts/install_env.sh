@@ -43,7 +43,13 @@ case "$installer" in
     pip_in_venv "$UV_PIN"
     # --compile-bytecode: the .pyc files pip writes at install too (without them every process
     # compiles what it imports, where PYTHONDONTWRITEBYTECODE is set each time: twice the import time)
-    install_into_venv() { .venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python "$@"; }
+    install_into_venv() {
+      .venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python "$@" || {
+        echo "[setup] uv pip install $* failed (above). uv does not read pip's index settings: where packages come" \
+          "from a mirror configured for pip, set UV_DEFAULT_INDEX to it or run with DFPO_INSTALLER=pip" >&2
+        return 1
+      }
+    }
     ;;
   pip)
     install_into_venv() { pip_in_venv "$@"; }

@@ -7,6 +7,8 @@ import os
 import shutil
 import subprocess
 
+import pytest
+
 from tests.script_modules import load_script
 
 from dfpo.benchmark_record import REPO_ROOT
@@ -86,4 +88,18 @@ def test_the_uv_path_installs_the_pinned_uv_and_every_step_with_it_writing_the_p
     pin = next(line for line in script.splitlines() if line.startswith("UV_PIN="))
     assert pin.count("==") == 1, pin  # an exact version
     assert 'pip_in_venv "$UV_PIN"' in script
-    assert "install_into_venv() { .venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python" in script
+    assert '.venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python "$@"' in script
+
+
+@pytest.mark.slow  # creates a venv and installs uv into it with pip (about 7 s)
+def test_a_failing_uv_install_says_how_to_point_uv_at_a_mirror_or_use_pip(tmp_path):
+    for name in ("scripts/install_env.sh", "scripts/install_vllm_cpu.py", "pyproject.toml", *(p.name for p in REPO_ROOT.glob("requirements*.txt"))):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO_ROOT / name, tmp_path / name)
+    env = {**os.environ, "UV_DEFAULT_INDEX": (tmp_path / "no_index").as_uri(), "UV_CACHE_DIR": str(tmp_path / "uv_cache")}
+    env.pop("DFPO_INSTALLER", None)
+    done = subprocess.run(["bash", "scripts/install_env.sh"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert "[setup] uv pip install --no-deps -r requirements-cpu-nodeps.txt failed (above)" in done.stderr, done.stderr
+    assert "set UV_DEFAULT_INDEX to it or run with DFPO_INSTALLER=pip" in done.stderr
+    assert not (tmp_path / ".venv" / ".dfpo-installed").exists()  # the next run installs again
