@@ -47,6 +47,11 @@ def environment() -> dict:
     }
 
 
+def mean(values: list[float]) -> float:
+    """The mean of ``values`` to 0.1, as the benchmarks' summaries give seconds."""
+    return round(sum(values) / len(values), 1)
+
+
 def write_result(name: str, capability: str, result: dict) -> Path:
     """``benchmarks/results/<name>-<UTC time>-<capability>.json``; returns its path."""
     RESULTS.mkdir(parents=True, exist_ok=True)

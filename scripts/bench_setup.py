@@ -36,7 +36,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from dfpo.benchmark_record import environment, write_result  # noqa: E402
+from dfpo.benchmark_record import environment, mean, write_result  # noqa: E402
 
 INSTALLERS = ("pip", "uv")
 # what each installer puts into the venv of its own (pip comes with every venv, at the version the
@@ -128,9 +128,6 @@ def differences(runs: list[dict]) -> dict[str, dict[str, str | None]]:
 
 
 def summary(runs: list[dict]) -> dict:
-    def mean(values: list[float]) -> float:
-        return round(sum(values) / len(values), 1)
-
     by_installer = {}
     for installer in INSTALLERS:
         mine = [run for run in runs if run["installer"] == installer]

@@ -39,7 +39,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from dfpo import quickstart  # noqa: E402
-from dfpo.benchmark_record import environment, write_result  # noqa: E402
+from dfpo.benchmark_record import environment, mean, write_result  # noqa: E402
 
 STEPS = 2
 SETTINGS = ("off", "on")
@@ -93,9 +93,6 @@ def one_run(root: Path, shared: Path, setting: str, number: int) -> dict:
 
 
 def summary(runs: list[dict]) -> dict:
-    def mean(values: list[float]) -> float:
-        return round(sum(values) / len(values), 1)
-
     by_setting = {}
     for compile_on in (False, True):
         mine = [r for r in runs if r["torch_compile"] is compile_on]
