@@ -83,7 +83,7 @@ def import_seconds(python: Path) -> float:
         started = time.monotonic()
         subprocess.run([str(python), "-c", "import verl, vllm"], env=env, capture_output=True, check=True)
         times.append(time.monotonic() - started)
-    return round(sum(times) / len(times), 1)
+    return mean(times)
 
 
 def one_run(work_dir: Path, installer: str, number: int) -> dict:
