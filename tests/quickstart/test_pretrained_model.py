@@ -1,5 +1,6 @@
 """The pretrained model's conversion: where the GGUF file is found, the tokenizer fix, reuse and
-rebuild (the conversion itself runs in the quickstart's end-to-end test)."""
+rebuild, the GGUF file read once per conversion (the conversion itself runs in the quickstart's
+end-to-end test)."""
 
 from __future__ import annotations
 
@@ -81,3 +82,48 @@ def test_a_different_gguf_file_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(pm, "locate_gguf", lambda: pm.GgufSource(fake, pm.DISTRIBUTION_VERSION, None))
     with pytest.raises(pm.PretrainedModelError, match="SHA-256"):
         pm.ensure_pretrained_model(tmp_path, log=lambda _: None)
+
+
+def test_one_reading_per_gguf_file_shares_a_reader_per_file_and_restores_gguf(tmp_path, monkeypatch):
+    import gguf
+
+    made = []
+
+    class Recorder:  # stands in for the reader class the context wraps
+        def __init__(self, path, mode="r"):
+            made.append((path, mode))
+
+    monkeypatch.setattr(gguf, "GGUFReader", Recorder)
+    first, second = tmp_path / "a.gguf", tmp_path / "b.gguf"
+    first.touch(), second.touch()
+    (tmp_path / "link.gguf").symlink_to(first)
+    with pm.one_reading_per_gguf_file():
+        reader = gguf.GGUFReader(first)
+        assert gguf.GGUFReader(str(first)) is reader and gguf.GGUFReader(tmp_path / "link.gguf") is reader
+        assert gguf.GGUFReader(second) is not reader
+    assert made == [(first, "r"), (second, "r")]
+    assert gguf.GGUFReader is Recorder
+    with pytest.raises(RuntimeError), pm.one_reading_per_gguf_file():
+        raise RuntimeError("a failed conversion")
+    assert gguf.GGUFReader is Recorder
+
+
+def test_the_gguf_tokenizer_loads_from_one_reading_of_the_file(monkeypatch):
+    """The seam: transformers' GGUF loading reaches the reader the context shares (it reads the
+    file twice for a tokenizer alone, four times for a conversion, without the context)."""
+    import gguf
+    from transformers import AutoTokenizer
+
+    readings = []
+
+    class CountingReader(gguf.GGUFReader):
+        def __init__(self, *args, **kwargs):
+            readings.append(args[0])
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(gguf, "GGUFReader", CountingReader)
+    source = pm.locate_gguf()
+    with pm.one_reading_per_gguf_file():
+        tokenizer = AutoTokenizer.from_pretrained(str(source.path.parent), gguf_file=source.path.name)
+    assert len(readings) == 1, readings
+    assert tokenizer.convert_tokens_to_ids(pm.END_TOKEN) == 2
