@@ -34,9 +34,12 @@ is native, else fp32), and the test checks that the report says so and that the 
 verl's actor config. Where bf16 is native the command runs as the README gives it and every test
 below runs. Where it is not, every step computes in fp32 and takes several times as long
 (docs/cpu.md), and no 90-minute CI run holds the learning run beside the rest of the suite there. On such a machine the command runs for DFPO alone
-and one step (``--methods dfpo_min_replace --steps 1``): every stage, the report, the precision
-and its seam are checked as above, and the test that needs the ten steps (DFPO's learning) is
-skipped and says why. Which of the two runs is decided by the same rule the
+and one step with two samples per held-out problem (``--steps 1 --k 2``; the README's command
+trains DFPO alone already): every stage, the report, the precision and its seam are checked as
+above, and the test that needs the ten steps (DFPO's learning) is skipped and says why. Two
+samples instead of eight make each of the run's two fp32 validations about four times shorter;
+what the report's statistics are checked for (computed from the samples, equal to verl's logged
+mean@k) holds for any k. Which of the two runs is decided by the same rule the
 product uses (:func:`dfpo.cpu.cpu_precision.probe`), never assumed. ``DFPO_QUICKSTART_AS_WRITTEN=1``
 runs the command as written on any processor, and with it
 every test.
@@ -56,7 +59,7 @@ from pathlib import Path
 import pytest
 
 from dfpo.cpu import cpu_precision
-from dfpo.quickstart import DEFAULT_STEPS
+from dfpo.quickstart import DEFAULT_K, DEFAULT_STEPS
 from dfpo.run_checks import shared_gradient_tolerance
 from tests.e2e.recipe_runs import REPO_ROOT, file_log_steps, run_command
 
@@ -79,8 +82,7 @@ TARGET_MET_IN_EVERY_SEED = True
 # several times as long as in bf16
 RUN_TIMEOUT_S = {"as written": 1800, "as written, fp32": 4800, "one step": 2400}
 N_HELD_OUT = 41
-K = 8
-VAL_KEY = f"val-core/digit_sums_test/acc/mean@{K}"  # verl's mean over the k validation samples: avg@k
+ONE_STEP_K = 2  # samples per held-out problem in the one-step run (module docstring)
 METHODS = {"start": "Start (no RL)", "dfpo_min_replace": "DFPO (Min-Replace)"}
 
 
@@ -106,6 +108,16 @@ def run_steps() -> int:
     return DEFAULT_STEPS if as_written() else 1
 
 
+def run_k() -> int:
+    """Samples per held-out problem: the README's k, or two in the one-step run (module docstring)."""
+    return DEFAULT_K if as_written() else ONE_STEP_K
+
+
+def val_key() -> str:
+    """verl's mean over the k validation samples of the held-out problems: avg@k."""
+    return f"val-core/digit_sums_test/acc/mean@{run_k()}"
+
+
 def skip_without_the_ten_steps(what: str) -> None:
     if not as_written():
         pytest.skip(
@@ -119,7 +131,7 @@ def quickstart(tmp_path_factory):
     root = tmp_path_factory.mktemp("quickstart") / "out"
     args = ["bash", "scripts/quickstart.sh", "--output-root", str(root)]
     if not as_written():
-        args += ["--steps", str(run_steps())]
+        args += ["--steps", str(run_steps()), "--k", str(run_k())]
     if os.environ.get("DFPO_LEARNING_TEST_NEGATE", "0") == "1":
         args += ["--override", f"reward.custom_reward_function.path='{REPO_ROOT / 'reward' / 'negated_score.py'}'"]
     return root, run_quickstart(args, RUN_TIMEOUT_S[run_kind()])
@@ -151,7 +163,7 @@ def test_the_readmes_first_command_runs_every_stage_and_reports(quickstart):
     root, run = quickstart
     for stage in range(1, 5):  # model and data, DFPO's training, evaluation runs, report
         assert f"stage {stage}/4" in run.output
-    assert f"step {run_steps()}/{run_steps()}: train reward" in run.output and f"validation after step 0: held-out avg@{K}" in run.output
+    assert f"step {run_steps()}/{run_steps()}: train reward" in run.output and f"validation after step 0: held-out avg@{run_k()}" in run.output
     assert not (root / "logs" / "quickstart" / "train_gspo.log").exists(), "the README's command trains DFPO alone"
     train_log = (root / "logs" / "quickstart" / "train_dfpo_min_replace.log").read_text()  # the training run's output
     assert "(vLLMHttpServer pid=" in train_log, "DFPO was not served by verl's vLLM rollout"
@@ -183,9 +195,9 @@ def test_quickstart_json_is_computed_from_the_samples(quickstart):
     split, steps = result["training_seconds"]["dfpo_min_replace"], _train_log(root, "dfpo_min_replace")
     assert split["per_step"] == [round(steps[s]["timing_s/step"], 1) for s in range(1, run_steps() + 1)]
     assert split["run"] == result["seconds"]["train_dfpo_min_replace"] and split["the_rest"] > 0, split
-    assert [s for s in steps if VAL_KEY in steps[s]] == [0, run_steps()]
+    assert [s for s in steps if val_key() in steps[s]] == [0, run_steps()]
     held_out = result["held_out"]
-    assert (held_out["benchmark"], held_out["n_problems"], held_out["k"]) == ("digit_sums_test", N_HELD_OUT, K)
+    assert (held_out["benchmark"], held_out["n_problems"], held_out["k"]) == ("digit_sums_test", N_HELD_OUT, run_k())
     eval_dirs = {
         entry["method"]: Path(entry["benchmarks"]["digit_sums_test"]["eval_dir"])
         for entry in json.loads((report / "report.json").read_text())["runs"]
@@ -200,15 +212,15 @@ def test_quickstart_json_is_computed_from_the_samples(quickstart):
         for line in (eval_dirs[method] / "samples.jsonl").read_text().splitlines():
             record = json.loads(line)
             per_problem.setdefault(record["problem_id"], []).append(record["acc"])
-        assert len(per_problem) == N_HELD_OUT and all(len(v) == K for v in per_problem.values())
+        assert len(per_problem) == N_HELD_OUT and all(len(v) == run_k() for v in per_problem.values())
         expected = sum(sum(v) / len(v) for v in per_problem.values()) / len(per_problem)
         assert held_out[key]["avg@k"] == pytest.approx(expected), key
     assert held_out["dfpo_gain"] == pytest.approx(held_out["dfpo_min_replace"]["avg@k"] - held_out["start"]["avg@k"])
     # the same samples verl scored in its validation: the report's avg@k is verl's logged mean@k of
     # the start (DFPO's validation before step 1) and of DFPO after its last step
     steps = _train_log(root, "dfpo_min_replace")
-    assert held_out["start"]["avg@k"] == pytest.approx(steps[0][VAL_KEY], abs=1e-9)
-    assert held_out["dfpo_min_replace"]["avg@k"] == pytest.approx(steps[run_steps()][VAL_KEY], abs=1e-9)
+    assert held_out["start"]["avg@k"] == pytest.approx(steps[0][val_key()], abs=1e-9)
+    assert held_out["dfpo_min_replace"]["avg@k"] == pytest.approx(steps[run_steps()][val_key()], abs=1e-9)
 
 
 def test_the_run_computes_in_what_the_precision_rule_picks_and_says_why(quickstart):
@@ -267,7 +279,7 @@ def test_dfpo_improves_the_held_out_policy(quickstart):
     root, _ = quickstart
     held_out = json.loads((root / "report" / "quickstart.json").read_text())["held_out"]
     start, dfpo = held_out["start"]["avg@k"], held_out["dfpo_min_replace"]["avg@k"]
-    summary = f"held-out avg@{K}: start {start:.3f} -> DFPO {dfpo:.3f} (CI {held_out['dfpo_min_replace']['ci95']})"
+    summary = f"held-out avg@{run_k()}: start {start:.3f} -> DFPO {dfpo:.3f} (CI {held_out['dfpo_min_replace']['ci95']})"
     print(summary)
     assert dfpo >= start + MIN_GAIN, summary
     if TARGET_MET_IN_EVERY_SEED:
