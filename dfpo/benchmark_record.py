@@ -11,6 +11,7 @@ import os
 import platform
 import socket
 import subprocess
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -50,6 +51,19 @@ def environment() -> dict:
 def mean(values: list[float]) -> float:
     """The mean of ``values`` to 0.1, as the benchmarks' summaries give seconds."""
     return round(sum(values) / len(values), 1)
+
+
+def import_seconds(python: Path, repeats: int = 2) -> float:
+    """Mean seconds of ``import verl, vllm`` in a new process of ``python``, no .pyc written (as
+    where ``PYTHONDONTWRITEBYTECODE`` is set): what every process of a launch (Ray's actors, vLLM's
+    EngineCore and Worker) pays again, so also a measure of how fast the machine runs a launch."""
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    times = []
+    for _ in range(repeats):
+        started = time.monotonic()
+        subprocess.run([str(python), "-c", "import verl, vllm"], env=env, capture_output=True, check=True)
+        times.append(time.monotonic() - started)
+    return mean(times)
 
 
 def write_result(name: str, capability: str, result: dict) -> Path:

@@ -36,7 +36,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from dfpo.benchmark_record import environment, mean, write_result  # noqa: E402
+from dfpo.benchmark_record import environment, import_seconds, mean, write_result  # noqa: E402
 
 INSTALLERS = ("pip", "uv")
 # what each installer puts into the venv of its own (pip comes with every venv, at the version the
@@ -72,20 +72,6 @@ def folder_bytes(path: Path) -> int:
     return total
 
 
-IMPORT_REPEATS = 2
-
-
-def import_seconds(python: Path) -> float:
-    """Mean seconds of ``import verl, vllm`` in a new process of ``python``, with no .pyc written."""
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    times = []
-    for _ in range(IMPORT_REPEATS):
-        started = time.monotonic()
-        subprocess.run([str(python), "-c", "import verl, vllm"], env=env, capture_output=True, check=True)
-        times.append(time.monotonic() - started)
-    return mean(times)
-
-
 def one_run(work_dir: Path, installer: str, number: int) -> dict:
     project = work_dir / f"run{number}-{installer}"
     shutil.rmtree(project, ignore_errors=True)
@@ -109,7 +95,7 @@ def one_run(work_dir: Path, installer: str, number: int) -> dict:
         "seconds": seconds,
         "venv_bytes": folder_bytes(project / ".venv"),
         "distributions": json.loads(listed.stdout),
-        "import_verl_vllm_s": import_seconds(project / ".venv" / "bin" / "python"),
+        "import_verl_vllm_s": import_seconds(project / ".venv" / "bin" / "python", repeats=2),
     }
     shutil.rmtree(project, ignore_errors=True)
     return result

@@ -9,7 +9,9 @@ of module fixtures included: that is where the e2e runs are; in the parallel par
 seconds are its worker's), the wall time of each part (``pytest_seconds_per_part``), the slowest
 tests, what the 2-node test measured of a lost node and a preemption (the lines it prints, read from
 the report's captured stderr: ``recovery``), the sessions' disk (the summary lines of
-``tests/disk_space.py``, one per part: ``disk``),
+``tests/disk_space.py``, one per part: ``disk``), the seconds ``import verl, vllm`` then takes in
+``.venv`` (``import_verl_vllm_s``: how fast this machine runs the launches' chains of imports, so
+that runs on machines of one kind that differ in speed can be told apart),
 the machine, the commit and the stack's versions. BENCHMARKS.md, docs/cpu.md
 and docs/recipes.md quote the newest through ``scripts/results_tables.py``.
 
@@ -44,6 +46,7 @@ RECOVERY_LINES = (
     (re.compile(r"preempted run: SIGTERM after step (\d+); the run ended (\d+) s later"), ("sigterm_after_step", "sigterm_to_exit_s")),
     (re.compile(r"ray job submit run \(resumed on 2 nodes after the SIGTERM'd launch\), followed: (\d+) s"), ("resumed_job_s",)),
 )
+IMPORT_REPEATS = 3  # `import verl, vllm` timed after the run, in .venv's Python (the record's import_verl_vllm_s)
 # the last line of tests/disk_space.py's terminal summary
 DISK_LINE = re.compile(
     r"disk: ([\d.]+) GB free under \S+ at the start, ([\d.]+) GB at the lowest \(at (.+)\), ([\d.]+) GB at the end: "
@@ -160,9 +163,12 @@ def main() -> int:
             **(junit_summary(*reports) if (reports := junit_reports(Path(tmp))) else {"junit": "pytest wrote no report"}),
         }
     python = REPO_ROOT / ".venv" / "bin" / "python"
+    # the machine's own speed beside the run's: machines of one kind differ by 10-20 % from one
+    # day to the next, which a launch's chain of imports shows first (benchmark_record.import_seconds)
     code = (
-        "import json, sys, torch; from dfpo.benchmark_record import environment, write_result; "
+        "import json, sys, torch; from dfpo.benchmark_record import environment, import_seconds, write_result; "
         "record = json.loads(sys.stdin.read()); record['environment'] = environment(); "
+        f"record['import_verl_vllm_s'] = import_seconds(sys.executable, repeats={IMPORT_REPEATS}); "
         "print(write_result('ci_run', str(torch.backends.cpu.get_cpu_capability()), record))"
     )
     written = subprocess.run([str(python), "-c", code], cwd=REPO_ROOT, input=json.dumps(record), capture_output=True, text=True)

@@ -312,14 +312,15 @@ def render_ci_run(files: list[Path], view: str | None, prefix: str) -> str:
         rows += [f"| the other {len(d['seconds_per_module']) - 12} modules | {rest:.0f} |", "", f"{machine(d)}. File: {link(path, prefix)}."]
         return "\n".join(rows)
     rows = [
-        "| file | processor | whole run | set-up | pytest | passed / failed / skipped | exit | disk used at most |",
-        "|---|---|---|---|---|---|---|---|",
+        "| file | processor | whole run | set-up | pytest | passed / failed / skipped | exit | disk used at most | `import verl, vllm` after |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for path in files:
         d = json.loads(path.read_text())
         env = d["environment"]
         minutes = f"{d['seconds'] / 60:.0f} min ({d['seconds']:.0f} s)"
         used = d.get("disk", {}).get("used_peak_gb")  # recorded since tests/disk_space.py
+        imports = d.get("import_verl_vllm_s")  # recorded since record_ci_run times the imports after the run
         parts = d.get("pytest_seconds_per_part", {})  # recorded since scripts/test.sh's two parts
         pytest_time = f"{d['pytest_seconds']:.0f} s"
         if len(parts) > 1:
@@ -327,7 +328,7 @@ def render_ci_run(files: list[Path], view: str | None, prefix: str) -> str:
         rows.append(
             f"| {link(path, prefix)} | {env['cpu']}, {env['cores']} cores; commit {env['commit']}, {env['date'][:10]} | {minutes} | "
             f"{d['setup_seconds']:.0f} s | {pytest_time} | {d['passed']} / {d['failed'] + d['errors']} / {d['skipped']} | {d['exit_status']} | "
-            f"{'not recorded' if used is None else f'{used:.1f} GB'} |"
+            f"{'not recorded' if used is None else f'{used:.1f} GB'} | {'not recorded' if imports is None else f'{imports:.1f} s'} |"
         )
     return "\n".join(rows)
 

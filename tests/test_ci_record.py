@@ -1,6 +1,11 @@
-"""scripts/record_ci_run.py: what it reads from pytest's JUnit report."""
+"""scripts/record_ci_run.py: what it reads from pytest's JUnit report, and the import timing it records
+beside the run (dfpo.benchmark_record.import_seconds)."""
 
 from __future__ import annotations
+
+import subprocess
+
+import pytest
 
 from tests.script_modules import load_script
 
@@ -121,3 +126,19 @@ def test_the_suites_disk_floor_covers_what_every_recorded_ci_run_used():
     for path in sorted((REPO_ROOT / "benchmarks" / "results").glob("ci_run-*.json")):
         used = json.loads(path.read_text()).get("disk", {}).get("used_peak_gb")
         assert used is None or used < MIN_FREE_GB, (path.name, used, MIN_FREE_GB)
+
+
+def test_the_import_time_runs_the_imports_in_new_processes_without_writing_bytecode(tmp_path, monkeypatch):
+    from dfpo.benchmark_record import import_seconds
+
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)  # set on some machines: the function must set it
+    calls = tmp_path / "calls"
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\necho "$* PYTHONDONTWRITEBYTECODE=$PYTHONDONTWRITEBYTECODE" >> {calls}\n')
+    python.chmod(0o755)
+    assert import_seconds(python, repeats=3) >= 0.0
+    assert calls.read_text().splitlines() == ["-c import verl, vllm PYTHONDONTWRITEBYTECODE=1"] * 3
+    python.write_text("#!/bin/sh\nexit 1\n")
+    with pytest.raises(subprocess.CalledProcessError):
+        import_seconds(python)
+

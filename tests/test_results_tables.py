@@ -104,3 +104,18 @@ def test_a_ci_run_in_two_parts_shows_each_parts_time(tmp_path):
     assert "| 2811 s |" in one and "| 1901 s (parallel 400 + serial 1500) |" in two, table
     assert "on one of its workers" in tables.render("ci_run-*.json", "modules", results)
     assert "on one of its workers" not in tables.render("ci_run-2026-12-07T0100-avx512.json", "modules", results)
+
+
+def test_a_ci_run_shows_the_machines_import_time_where_it_was_recorded(tmp_path):
+    tables = _tables()
+    results = tmp_path / "results"
+    results.mkdir()
+    data = json.loads((tables.RESULTS / "ci_run-2026-12-06T1952-avx2.json").read_text())
+    data.pop("import_verl_vllm_s", None)
+    (results / "ci_run-2026-12-07T0100-avx2.json").write_text(json.dumps(data))
+    data["import_verl_vllm_s"] = 9.46
+    (results / "ci_run-2026-12-07T0200-avx2.json").write_text(json.dumps(data))
+    table = tables.render("ci_run-*.json", None, results)
+    assert table.splitlines()[0].endswith("| `import verl, vllm` after |")
+    older, newer = [line for line in table.splitlines() if line.startswith("| [ci_run-")]
+    assert older.endswith("| not recorded |") and newer.endswith("| 9.5 s |"), table
