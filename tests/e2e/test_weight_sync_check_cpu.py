@@ -39,6 +39,13 @@ from tests.e2e.recipe_runs import REPO_ROOT, file_log_steps, run_recipe
 pytestmark = [pytest.mark.slow, pytest.mark.serial]  # serial: verl's trainer through Ray and vLLM needs the machine to itself
 
 STEPS = 3
+# Three times the tiny recipe's LR (1e-3): the check needs updates that stand out of bf16's noise.
+# With the recipe's own LR a CI run's updates (update_kl 0.002-0.003) left steps 2 and 3 within it
+# (excess 0.0044 and 0.0026 against twice the spread of rollout_corr/kl, 0.005: dfpo.run_checks),
+# and the check said "not decisive" instead of "one update behind or more". KL grows with the
+# square of the step: three times the LR, about nine times the update_kl (a run here: excess 0.046
+# and 0.054, ten times the noise; the per-token gap 0.33 nat, under the bf16 bound of 1).
+LR = "3e-3"
 RECIPE = "run_gspo_tiny_cpu.sh"
 
 
@@ -60,6 +67,7 @@ def stale_gspo_run(tmp_path_factory, tiny_example):
         "EXPERIMENT_NAME": "stale",
     }
     args = (
+        f"actor_rollout_ref.actor.optim.lr={LR}",
         "actor_rollout_ref.actor.policy_loss.dfpo_measure_update_kl=true",
         f"+ray_kwargs.ray_init.runtime_env.env_vars.{SKIP_WEIGHT_SYNC_FOR_TESTS}='1'",
     )
