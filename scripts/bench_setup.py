@@ -95,7 +95,7 @@ def one_run(work_dir: Path, installer: str, number: int) -> dict:
         "seconds": seconds,
         "venv_bytes": folder_bytes(project / ".venv"),
         "distributions": json.loads(listed.stdout),
-        "import_verl_vllm_s": import_seconds(project / ".venv" / "bin" / "python", repeats=2),
+        "import_verl_vllm_s": import_seconds(project / ".venv" / "bin" / "python"),
     }
     shutil.rmtree(project, ignore_errors=True)
     return result

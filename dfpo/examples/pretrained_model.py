@@ -157,7 +157,7 @@ def one_reading_per_gguf_file():
 
     gguf.GGUFReader = shared_reader
     try:
-        yield readers
+        yield
     finally:
         gguf.GGUFReader = original
 
