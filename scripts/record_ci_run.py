@@ -163,8 +163,9 @@ def main() -> int:
             **(junit_summary(*reports) if (reports := junit_reports(Path(tmp))) else {"junit": "pytest wrote no report"}),
         }
     python = REPO_ROOT / ".venv" / "bin" / "python"
-    # the machine's own speed beside the run's: machines of one kind differ by 10-20 % from one
-    # day to the next, which a launch's chain of imports shows first (benchmark_record.import_seconds)
+    # the machine's own speed beside the run's: machines of one kind differ in speed from one run
+    # to the next (docs/cpu.md's CI records), which a launch's chain of imports shows first
+    # (benchmark_record.import_seconds)
     code = (
         "import json, sys, torch; from dfpo.benchmark_record import environment, import_seconds, write_result; "
         "record = json.loads(sys.stdin.read()); record['environment'] = environment(); "

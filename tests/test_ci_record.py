@@ -141,4 +141,3 @@ def test_the_import_time_runs_the_imports_in_new_processes_without_writing_bytec
     python.write_text("#!/bin/sh\nexit 1\n")
     with pytest.raises(subprocess.CalledProcessError):
         import_seconds(python)
-
