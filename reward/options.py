@@ -10,6 +10,7 @@ from dataclasses import dataclass, fields
 
 from reward.code_tests import CODE_MODES
 from reward.outcome import check_score_mode
+from reward.response_format import PLAIN, check_response_format
 
 CODE_BACKENDS: tuple[str, ...] = ("local", "sandbox_fusion")
 VERL_CALL_KWARGS: frozenset[str] = frozenset({"reward_router_address", "reward_model_tokenizer"})
@@ -21,6 +22,11 @@ class RewardOptions:
     """Every knob of the reward, with its default.
 
     Attributes:
+        response_format: where the final answer is (:mod:`reward.response_format`): ``plain`` (the
+            whole response), ``qwen3_thinking`` (after ``</think>``; Qwen3 with thinking on,
+            Qwen3-Next-Thinking) or ``harmony`` (GPT-OSS's final channel). In the thinking formats a
+            response with no final region, or cut off at the length cap, scores 0 as ``unfinished``.
+            Set per model in ``dfpo/config/base_model/*.yaml``.
         score_mode: ``binary`` (score 1 correct / 0 otherwise) or ``signed`` (+1 / -1, DAPO style).
         code_mode: ``all_pass`` (1 only when every test passes) or ``fraction`` (pass rate).
         math_timeout_s: hard wall-clock limit of one math answer check, counted from the start
@@ -42,6 +48,7 @@ class RewardOptions:
             math check's, or the code problem's whole-run limit) plus 60 s.
     """
 
+    response_format: str = PLAIN
     score_mode: str = "binary"
     code_mode: str = "all_pass"
     math_timeout_s: float = 10.0
@@ -56,6 +63,7 @@ class RewardOptions:
     call_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
+        check_response_format(self.response_format)
         check_score_mode(self.score_mode)
         if self.code_mode not in CODE_MODES:
             raise ValueError(f"code_mode={self.code_mode!r} is not supported; use one of {CODE_MODES}")

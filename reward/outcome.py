@@ -18,16 +18,19 @@ RUNTIME_ERROR = "runtime_error"
 SANDBOX_ERROR = "sandbox_error"
 VERIFIER_ERROR = "verifier_error"
 SCORER_ERROR = "scorer_error"
+UNFINISHED = "unfinished"
 
 REASONS: tuple[str, ...] = (
-    CORRECT, WRONG_ANSWER, NO_ANSWER, TIMEOUT, RUNTIME_ERROR, SANDBOX_ERROR, VERIFIER_ERROR, SCORER_ERROR
+    CORRECT, WRONG_ANSWER, NO_ANSWER, TIMEOUT, RUNTIME_ERROR, SANDBOX_ERROR, VERIFIER_ERROR, SCORER_ERROR, UNFINISHED
 )
 """``correct``; ``wrong_answer``; ``no_answer`` (no boxed answer, no ``Answer:`` line, no
 fenced code); ``timeout`` (the verifier or a test ran past its wall-clock limit);
 ``runtime_error`` (the program crashed, exceeded a resource limit or printed nothing usable);
 ``sandbox_error`` (the sandbox itself could not run, an infrastructure fault);
 ``verifier_error`` (the math-verify worker failed for a reason other than time);
-``scorer_error`` (the scoring code itself raised unexpectedly: see :mod:`reward.guard`)."""
+``scorer_error`` (the scoring code itself raised unexpectedly: see :mod:`reward.guard`);
+``unfinished`` (a thinking model's response that never reached its final answer, or was cut off at
+the length cap: see :mod:`reward.response_format`; its answer is not looked at)."""
 
 SCORE_MODES: tuple[str, ...] = ("binary", "signed")
 
@@ -94,4 +97,7 @@ def to_reward_dict(verdict: Verdict, score_mode: str = "binary") -> dict:
         # 1.0 when the whole-call guard had to step in (reward.guard): verl averages numeric keys
         # into its metrics, so a run shows how often its reward failed instead of scoring.
         "scorer_failed": 1.0 if verdict.guarded_failure else 0.0,
+        # 1.0 when the response never reached its final answer (reward.response_format): counted apart
+        # from wrong answers in verl's metrics, since it measures length, not correctness
+        "unfinished": 1.0 if verdict.reason == UNFINISHED else 0.0,
     }

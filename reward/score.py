@@ -38,6 +38,7 @@ from reward.guard import INPUT_ERRORS, ScoringDeadlineExceeded, call_with_deadli
 from reward.code_tests import CodeLimits, parse_ground_truth, score_code  # noqa: E402
 from reward.math_scoring import score_math  # noqa: E402
 from reward.options import RewardOptions  # noqa: E402
+from reward.response_format import answer_region, is_truncated  # noqa: E402
 from reward.sources import source_kind  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -53,7 +54,8 @@ def compute_score(data_source: str, solution_str: str, ground_truth, extra_info:
         data_source: one of :data:`reward.sources.KNOWN_SOURCES` (ValueError otherwise).
         solution_str: the decoded model response.
         ground_truth: the answer string (math) or the JSON test specification (code).
-        extra_info: verl's per-row extra info; unused.
+        extra_info: verl's per-row extra info; only ``response_truncated`` is read
+            (:mod:`reward.response_format`).
         **kwargs: :class:`reward.options.RewardOptions` fields (from ``reward_kwargs``).
     """
     options = RewardOptions.from_kwargs(kwargs)
@@ -61,8 +63,12 @@ def compute_score(data_source: str, solution_str: str, ground_truth, extra_info:
     if not isinstance(solution_str, str):
         raise ValueError(f"solution_str must be the decoded response string, got {type(solution_str).__name__}")
     deadline_s = call_deadline_s(kind, ground_truth, options)
+    region = answer_region(solution_str, options.response_format, truncated=is_truncated(extra_info))
+    if region.text is None:
+        # A thinking model's response with no final answer: nothing is extracted from its thinking
+        return outcome.to_reward_dict(outcome.all_or_nothing(outcome.UNFINISHED, None), options.score_mode)
     try:
-        verdict = call_with_deadline(lambda: score_response(kind, solution_str, ground_truth, options), deadline_s)
+        verdict = call_with_deadline(lambda: score_response(kind, region.text, ground_truth, options), deadline_s)
     except INPUT_ERRORS:
         raise  # wrong data or options: to be fixed, not scored
     except ScoringDeadlineExceeded as error:
