@@ -11,6 +11,9 @@
   refuses ``ray.init`` keys that size a node ("When connecting to an existing cluster, num_cpus
   and num_gpus must not be provided"); there, every node's resources are its ``ray start``'s, so
   those keys are dropped, saying so.
+* :func:`require_strong_sandbox`: a GPU run that scores code tells its Ray workers to refuse a weak
+  code-reward sandbox (``REWARD_SANDBOX_REQUIRE_STRONG=1`` in their runtime environment), with the
+  launch's opt-in ``REWARD_SANDBOX_ALLOW_WEAK`` passed on.
 * :func:`prepare_example`: ``dfpo.example`` names one of dfpo's examples (the tiny model, the
   pretrained SmolLM2), whose model and task are written under ``dfpo.output_root`` once
   (``python -m dfpo.examples.prepare``, run only when they are missing or stale).
@@ -72,6 +75,19 @@ def drop_node_resources_on_a_cluster(config, say=print, environ: dict[str, str] 
         say(f"dfpo: RAY_ADDRESS={address} is a running cluster: its nodes' resources are their ray start's, so not passing ray_kwargs.ray_init.{{{','.join(dropped)}}}")
     return dropped
 
+
+def require_strong_sandbox(config, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Tell every Ray worker of a GPU run that scores code (:func:`dfpo.preflight.check_sandbox_isolation`)
+    to refuse a weak sandbox (``REWARD_SANDBOX_REQUIRE_STRONG=1`` in ``ray_kwargs.ray_init.runtime_env.env_vars``),
+    passing the launch's opt-in ``REWARD_SANDBOX_ALLOW_WEAK`` on; returns the variables set. A
+    run-management key: a resumed run compares none of it (dfpo.resume_config)."""
+    from reward.sandbox.detect import ALLOW_WEAK_ENV, REQUIRE_STRONG_ENV, weak_allowed
+
+    environ = os.environ if environ is None else environ
+    variables = {REQUIRE_STRONG_ENV: "1", **({ALLOW_WEAK_ENV: "1"} if weak_allowed(environ) else {})}
+    for name, value in variables.items():
+        OmegaConf.update(config, f"ray_kwargs.ray_init.runtime_env.env_vars.{name}", value, force_add=True)
+    return variables
 
 def prepare_example(config) -> None:
     """Write ``dfpo.example``'s model and task under ``dfpo.output_root`` (once; a no-op when current:

@@ -4,7 +4,9 @@
 
 Before Ray starts, :func:`dfpo.preflight.preflight` checks what would otherwise fail after minutes
 of start-up or learn nothing (the group size, batch sizes and token budgets, multi-node checkpoint
-storage, the checkpoint to resume and whether its run had this config) and prints a GPU run's memory plan; ``dfpo.dry_run=true`` stops
+storage, the checkpoint to resume and whether its run had this config) and prints a GPU run's memory plan;
+a GPU run that scores code stops there unless the code-reward sandbox is strong (or ``REWARD_SANDBOX_ALLOW_WEAK=1``),
+on this node and then, from the TaskRunner, on every Ray node (:func:`check_sandbox_on_every_node`); ``dfpo.dry_run=true`` stops
 there, printing the composed config, without starting Ray. While it runs, :mod:`dfpo.node_watch` ends it within seconds of a lost Ray node, and
 SIGTERM ends it after the step in flight, checkpointed (:mod:`dfpo.preemption`). It is
 verl's ``main_ppo`` with three differences, all through verl's extension points: the config
@@ -31,7 +33,7 @@ from verl.utils.device import auto_set_device
 from dfpo import config_resolvers, driver
 from dfpo.node_watch import NodeWatch, run_watched
 from dfpo.preemption import InstallOnCreate, Preemption, grace_from_environment, run_preemptible
-from dfpo.preflight import PreflightError, preflight
+from dfpo.preflight import PreflightError, check_sandbox_isolation, preflight
 from dfpo.resume_config import record_run_config
 
 _TaskRunnerV1 = TaskRunnerV1.__ray_actor_class__
@@ -44,7 +46,29 @@ class DFPOTaskRunner(_TaskRunnerV1):
     def run(self, config):
         import dfpo.trainer  # noqa: F401  (registers trainer_mode=dfpo_sync / dfpo_colocate_async / dfpo_separate_async)
 
+        check_sandbox_on_every_node()  # before any worker: verl's reward workers go to every node
         return super().run(config)
+
+
+def check_sandbox_on_every_node(timeout_s: float = 300.0, say=lambda text: print(text, flush=True)) -> list[dict]:
+    """In a GPU run that scores code (``REWARD_SANDBOX_REQUIRE_STRONG=1``, set by the driver:
+    :func:`dfpo.driver.require_strong_sandbox`), the code-reward sandbox of every alive Ray node with
+    CPUs (verl 0.9.1 places its reward-loop workers round-robin over exactly those), one task per
+    node (:func:`reward.sandbox.detect.node_check`); stops the run naming every node where it is weak
+    or missing and the launch did not opt in. Returns the nodes' results ([] when not required)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from reward.sandbox.detect import node_check, refuse_weak_nodes, strong_required
+
+    if not strong_required():
+        return []
+    nodes = [node for node in ray.nodes() if node["Alive"] and node["Resources"].get("CPU", 0) > 0]
+    probe = ray.remote(num_cpus=0)(node_check)
+    refs = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False)).remote() for node in nodes]
+    results = ray.get(refs, timeout=timeout_s)
+    say("dfpo: code-reward sandbox per node: " + ", ".join(f"{r['host']} {r['level']}{'' if r['strong'] else ' (weak)'}" for r in results))
+    refuse_weak_nodes(results)
+    return results
 
 
 def check_trainer_mode(config) -> None:
@@ -82,6 +106,9 @@ def main(config) -> None:
     try:
         # an example's files are written at launch: a dry run, which writes nothing, cannot check them
         preflight(config, files=not (config.dfpo.dry_run and config.dfpo.example))  # before Ray: groups, batches, checkpoint storage, the checkpoint to resume, memory
+        # a GPU run that scores code: the strong sandbox here (or REWARD_SANDBOX_ALLOW_WEAK=1, said), and in every Ray worker
+        if check_sandbox_isolation(config):
+            driver.require_strong_sandbox(config)
     except PreflightError as error:
         raise SystemExit(f"dfpo preflight: {error}") from None
     if config.dfpo.dry_run:

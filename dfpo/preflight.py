@@ -46,6 +46,12 @@ to do:
   (``resume_mode=resume_path``), saying so; with none, or with ``resume_path``, the run stops
   naming the file. A tracker naming a step whose folder is missing (verl would silently train
   from scratch) is treated the same way.
+
+:func:`check_sandbox_isolation` (run by ``python -m dfpo.main`` after these, in a GPU run only) checks
+the code-reward sandbox of the driver's node: a run whose data has a code source, scored by this
+node's sandbox (``code_backend=local``), stops unless the sandbox is strong (``bwrap``; ``unshare``
+as root) or ``REWARD_SANDBOX_ALLOW_WEAK=1``; a math-only run is said not to use it. Every Ray
+node is checked again once the cluster is up (:func:`dfpo.main.check_sandbox_on_every_node`).
 """
 
 from __future__ import annotations
@@ -57,7 +63,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import open_dict
+from omegaconf import OmegaConf, open_dict
 
 from dfpo.doctor import is_shared_filesystem, storage_type
 from dfpo.resume_config import ResumeConfigChanged, check_resume_config
@@ -376,6 +382,69 @@ def resume_folder(config) -> Path | None:
         return None
     folder_path = Path(_absolute(folder))
     return folder_path if (folder_path / TRACKER_FILE).exists() else None
+
+
+def _data_sources(path: str) -> set[str] | None:
+    """The ``data_source`` values of one parquet file, or None when they cannot be read here."""
+    if "://" in path or not os.path.exists(os.path.expanduser(path)):
+        return None
+    try:
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        column = pq.read_table(os.path.expanduser(path), columns=["data_source"]).column("data_source")
+        return {str(value) for value in pc.unique(column).to_pylist()}
+    except Exception:  # noqa: BLE001  (no such column, not parquet: unknown, so code is assumed)
+        return None
+
+
+def local_code_scoring(config) -> tuple[bool, str]:
+    """Whether the run's reward runs model-written code in this project's sandbox, and why: its
+    ``code_backend`` is ``local`` and a file of ``data.train_files`` or ``data.val_files`` has a
+    ``data_source`` that is not a math source (a file whose sources cannot be read here counts as code)."""
+    from reward.sources import MATH_SOURCES
+
+    kwargs = OmegaConf.select(config, "reward.custom_reward_function.reward_kwargs") or {}
+    backend = str(kwargs.get("code_backend", "local"))
+    if backend != "local":
+        return False, f"reward_kwargs.code_backend={backend}: code runs on the SandboxFusion server, not on these nodes"
+    for key in ("train_files", "val_files"):
+        for path in _file_list(config.data.get(key)):
+            sources = _data_sources(path)
+            if sources is None:
+                return True, f"data.{key} {path}: its data_source column cannot be read here, so it may hold code"
+            code = sorted(sources - set(MATH_SOURCES))
+            if code:
+                return True, f"data.{key} {path} has code sources ({', '.join(code)})"
+    return False, "math only: no file of data.train_files or data.val_files has a code source"
+
+
+def check_sandbox_isolation(config, say=print, environ: dict[str, str] | None = None, report=None) -> bool:
+    """A GPU run whose reward runs code on these nodes needs the strong sandbox on this node, or the
+    explicit opt-in ``REWARD_SANDBOX_ALLOW_WEAK=1`` (said loudly); returns whether the run scores
+    code in the sandbox (its Ray workers are then told to require it too:
+    :func:`dfpo.driver.require_strong_sandbox`). CPU runs are not checked. ``report``: this node's
+    isolation (default: detected here, once per process)."""
+    from reward.sandbox.detect import REQUIRE_STRONG_ENV, SandboxUnavailable, isolation, require_strong, weak_refusal
+
+    if str(config.trainer.device) == "cpu":
+        return False
+    environ = os.environ if environ is None else environ
+    needed, why = local_code_scoring(config)
+    if not needed:
+        say(f"dfpo preflight: the code-reward sandbox is not used by this run ({why}): not checked")
+        return False
+    try:
+        report = report or isolation()
+    except SandboxUnavailable as error:
+        raise PreflightError(f"{weak_refusal(None, str(error))} [{why}]") from None
+    try:
+        require_strong(report, {**environ, REQUIRE_STRONG_ENV: "1"}, say=say)
+    except SandboxUnavailable as error:
+        raise PreflightError(f"{error} [{why}]") from None
+    if report.strong:
+        say(f"dfpo preflight: code rewards run in the sandbox at level {report.level} (strong) on this node; every Ray node is checked when the cluster is up")
+    return True
 
 
 def preflight(config, say=print, environ: dict[str, str] | None = None, files: bool = True) -> None:
