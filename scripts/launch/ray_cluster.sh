@@ -10,6 +10,14 @@
 #   bash scripts/launch/ray_cluster.sh wait <head-ip>:<port> <nodes>                     # until <nodes> are up
 #   bash scripts/launch/ray_cluster.sh stop                                              # this node's Ray only
 #   bash scripts/launch/ray_cluster.sh token                                             # create the token file
+#   bash scripts/launch/ray_cluster.sh check                                             # this node's sandbox check
+#
+# The code-reward sandbox: on a GPU node (nvidia-smi lists a GPU, and VERL_PLATFORM is not cpu)
+# head/worker (and `check`) first run `python -m reward.sandbox --check --require-strong`: a node
+# where only a weak level works (no bubblewrap, no user namespaces) stops here, naming the node and
+# the fix, unless REWARD_SANDBOX_ALLOW_WEAK=1 (said loudly); the node's Ray then runs with
+# REWARD_SANDBOX_REQUIRE_STRONG=1, so its reward workers never fall back in silence (docs/rewards.md,
+# "Sandbox isolation").
 #
 # head/worker start `ray start --block` in the background (its own session) and return once the
 # node is up; with --block they stay in the foreground instead (for srun, see slurm_dfpo.sbatch).
@@ -35,7 +43,7 @@
 set -euo pipefail
 
 usage() {
-    sed -n '8,12p' "${BASH_SOURCE[0]}" | sed 's/^#  *//' >&2
+    sed -n '8,13p' "${BASH_SOURCE[0]}" | sed 's/^#  *//' >&2
     exit 2
 }
 
@@ -122,6 +130,29 @@ if "dfpo" not in {ep.name for ep in importlib.metadata.entry_points(group="verl.
 PY
 }
 
+# gpu_node: this node has an NVIDIA GPU (nvidia-smi lists one) and is not set up for verl's CPU
+# platform; a CPU node's logical GPUS_PER_NODE do not count.
+gpu_node() {
+    [[ "${VERL_PLATFORM:-}" != cpu ]] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '
+}
+
+# check_sandbox: on a GPU node, the strong code-reward sandbox (or the explicit opt-in), before Ray.
+check_sandbox() {
+    if ! gpu_node; then
+        note "$(hostname): no GPU (or VERL_PLATFORM=cpu): the code-reward sandbox is not required here"
+        return 0
+    fi
+    local here
+    here="$(hostname)"
+    # reward.sandbox is found from the repository root too, where the project is not installed
+    (cd "$(dirname "${BASH_SOURCE[0]}")/../.." && "$python" -m reward.sandbox --check --require-strong) >&2 ||
+        die "node $here: the code-reward sandbox is not strong here (see above), so this GPU node does not join. Fix it on $here (bash scripts/install_system_deps.sh; unprivileged user namespaces), or export REWARD_SANDBOX_ALLOW_WEAK=1 on every node to run model-written code with the weak level"
+    if [[ "${REWARD_SANDBOX_ALLOW_WEAK:-}" =~ ^(1|true|yes|on)$ ]]; then
+        note "################ node $here: REWARD_SANDBOX_ALLOW_WEAK is set: code rewards may run in a WEAK sandbox here (see the warning above) ################"
+    fi
+    export REWARD_SANDBOX_REQUIRE_STRONG=1
+}
+
 # alive PID: the process exists and is not a zombie (an ended process its parent has not reaped).
 alive() {
     local state
@@ -156,6 +187,7 @@ start() {
         die "Ray started by this launcher is already running here (pid $pid, $pid_file): run 'bash scripts/launch/ray_cluster.sh stop' first, or set DFPO_RAY_DIR for a second node on this machine"
     fi
     check_python
+    check_sandbox
     if [[ -n "${GPUS_PER_NODE:-}" ]]; then
         [[ "$GPUS_PER_NODE" =~ ^[0-9]+$ ]] || die "GPUS_PER_NODE must be a number of GPUs, got '$GPUS_PER_NODE'"
         extra+=("--num-gpus=$GPUS_PER_NODE")
@@ -283,6 +315,9 @@ case "$command" in
     stop)
         [[ $# -eq 0 ]] || die "stop takes no arguments (it stops the Ray recorded in \$DFPO_RAY_DIR, default /tmp/dfpo-ray-\$(id -u))"
         stop_node ;;
+    check)
+        [[ $# -eq 0 ]] || die "check takes no arguments"
+        check_sandbox ;;
     token)
         [[ $# -eq 0 ]] || die "token takes no arguments"
         setup_auth 1
