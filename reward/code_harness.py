@@ -19,6 +19,11 @@ reproduces its rules, written from a reading of that code:
   arguments are one JSON value per input line; a returned tuple counts as a list;
 * the module is loaded once per problem under the per-test time limit, then the tests
   run one after the other in that process (state carries over, as in LiveCodeBench);
+* the per-test limit is **CPU time** (LiveCodeBench's is wall-clock): this runner, the
+  child's parent, reads the child's CPU time from /proc while a test runs and kills the
+  child when the test has used its limit, or when its wall-clock backstop (a multiple of
+  the limit, so a program that sleeps or blocks still ends) passes first; all tests together
+  have the run's CPU budget (LiveCodeBench's whole-run limit), after which no test runs;
 * LiveCodeBench's ``reliability_guard`` names are disabled (``os.fork``, ``os.kill``,
   ``subprocess.Popen``, ``quit``, ...; this is not isolation, the sandbox is) and
   integers print up to 50000 digits.
@@ -34,17 +39,18 @@ file: the sandbox is started ahead of the problem (:meth:`reward.sandbox.Sandbox
 
     <program path>
     <fn_name, or "-" for stdin problems>
-    <per-test time limit in seconds>
+    <per-test limit: CPU seconds of the test's process>
+    <per-test wall-clock backstop in seconds>
     <output byte limit per test>
     <1: stop at the first failing test, 0: run every test>
-    <CPU seconds allowed to each process from here on (RLIMIT_CPU, a backstop)>
+    <CPU seconds for all tests together (also RLIMIT_CPU of every process, rounded up, + 1)>
     <input path>            (one line per test)
 
 Reports, one line each on stdout (``b64`` = base64 of UTF-8 bytes)::
 
     READY
     COMPILE_ERROR <b64 message>
-    RESULT <i> <status> <seconds> <b64 output> <b64 detail>
+    RESULT <i> <status> <CPU seconds> <b64 output> <b64 detail>
 
 with status ``ok``, ``timeout``, ``runtime_error`` or ``output_limit``.  A functional
 test's output is ``=`` followed by the JSON of the returned value, or ``!`` when the value
@@ -53,6 +59,7 @@ expected value.
 """
 
 import binascii
+import math
 import os
 import select
 import signal
@@ -304,17 +311,18 @@ def _child(code, source, fn_name, first, inputs, report_fd, output_bytes):
 
 
 class _Reports:
-    """Reads the child's report lines with a deadline per line."""
+    """Reads the child's report lines."""
 
     def __init__(self, fd):
         self.fd, self.buffer = fd, b""
 
     def next_line(self, timeout_s):
-        """A report line, ``None`` on timeout, ``b""`` when the child closed the pipe."""
+        """A report line, ``None`` if none came within ``timeout_s``, ``b""`` when the child closed
+        the pipe.  What is already written is read even when ``timeout_s`` is 0."""
         deadline = time.monotonic() + timeout_s
         while b"\n" not in self.buffer:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not select.select([self.fd], [], [], remaining)[0]:
+            remaining = max(0.0, deadline - time.monotonic())
+            if not select.select([self.fd], [], [], remaining)[0]:
                 return None
             chunk = os.read(self.fd, 65536)
             if not chunk:
@@ -326,17 +334,75 @@ class _Reports:
         return line
 
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+POLL_S = 0.1
+"""Longest wait between two looks at a running test's CPU time."""
+
+
+def _cpu_seconds(pid):
+    """CPU seconds used so far by process ``pid``, all its threads (from /proc); None if unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class _Run:
+    """The whole run's limits and what it has spent: ``cpu_limit_s`` and ``wall_limit_s`` per test
+    (and for loading the program), ``budget_s`` CPU seconds for all children together."""
+
+    def __init__(self, cpu_limit_s, wall_limit_s, budget_s):
+        self.cpu_limit_s, self.wall_limit_s, self.budget_s = cpu_limit_s, wall_limit_s, budget_s
+        self.spent_s = 0.0
+        """CPU seconds of the children already ended."""
+        self.exhausted = False
+        """The run's CPU budget ran out: no further test runs."""
+
+    def next_report(self, reports, pid):
+        """(line, CPU seconds of this test): the child's next report line, ``None`` when the test
+        ran out of time first (its CPU limit, its wall-clock backstop or the run's budget), ``b""``
+        when the child closed the pipe.
+
+        The test's CPU time is the child's (every thread of it) since this call, read from /proc;
+        where that cannot be read, its wall-clock time stands in for it.
+        """
+        started = time.monotonic()
+        cpu_at_start = _cpu_seconds(pid)
+        while True:
+            now, cpu = time.monotonic(), _cpu_seconds(pid)
+            used = now - started if cpu is None or cpu_at_start is None else cpu - cpu_at_start
+            budget_left = self.budget_s - self.spent_s - (used if cpu is None else cpu)
+            left = min(self.cpu_limit_s - used, started + self.wall_limit_s - now, budget_left)
+            # one thread's CPU time grows no faster than the clock: nothing can expire sooner
+            line = reports.next_line(max(0.0, min(left, POLL_S)))
+            if line is not None:
+                return line, used
+            if left <= 0:
+                self.exhausted = budget_left <= 0
+                return None, used
+
+    def end_child(self, pid):
+        """Kill and reap the child; count its CPU time; its wait status."""
+        wait_status, cpu_s = _end_child(pid)
+        self.spent_s += cpu_s
+        return wait_status
+
+
 def _end_child(pid):
+    """Kill and reap a child: (wait status or None, its CPU seconds)."""
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
     try:
-        _, wait_status = os.waitpid(pid, 0)
+        _, wait_status, usage = os.wait4(pid, 0)
+        cpu_s = usage.ru_utime + usage.ru_stime
     except ChildProcessError:
-        wait_status = None
+        wait_status, cpu_s = None, 0.0
     _reap_orphans()
-    return wait_status
+    return wait_status, cpu_s
 
 
 def _death_status(wait_status):
@@ -375,7 +441,7 @@ def _end_namespace():
             return
 
 
-def _run_from(first, code, source, fn_name, inputs, timeout_s, output_bytes, stop_on_failure):
+def _run_from(first, code, source, fn_name, inputs, run, output_bytes, stop_on_failure):
     """Fork one child that runs tests ``first``..; emit their results; return where to resume (or None)."""
     read_fd, write_fd = os.pipe()
     pid = os.fork()
@@ -385,32 +451,29 @@ def _run_from(first, code, source, fn_name, inputs, timeout_s, output_bytes, sto
     os.close(write_fd)
     reports = _Reports(read_fd)
     try:
-        started = time.monotonic()
-        line = reports.next_line(timeout_s)
+        line, used = run.next_report(reports, pid)
         if line != b"C ok":
             # The module did not load (an exception, a crash, or its time limit): every test
             # fails, as a runtime error -- LiveCodeBench reports a load that times out so too.
-            _end_child(pid)
-            seconds = f"{time.monotonic() - started:.4f}"
+            run.end_child(pid)
             for index in range(first, len(inputs)):
-                _emit("RESULT", index, "runtime_error", seconds, "-", "-")
+                _emit("RESULT", index, "runtime_error", f"{used:.4f}", "-", "-")
                 if stop_on_failure:
                     break
             return None
         for index in range(first, len(inputs)):
-            started = time.monotonic()
-            line = reports.next_line(timeout_s)
-            seconds = f"{time.monotonic() - started:.4f}"
+            line, used = run.next_report(reports, pid)
+            seconds = f"{used:.4f}"
             if line is None or not line.startswith(f"D {index} ".encode()):
-                wait_status = _end_child(pid)
+                wait_status = run.end_child(pid)
                 status = "timeout" if line is None else _death_status(wait_status)
                 _emit("RESULT", index, status, seconds, "-", "-")
-                return None if stop_on_failure else index + 1
+                return None if stop_on_failure or run.exhausted else index + 1
             status = line.split(b" ")[2].decode("ascii", errors="replace")
             if status != "ok":
                 _emit("RESULT", index, status if status == "output_limit" else "runtime_error", seconds, "-", "-")
                 if stop_on_failure:
-                    _end_child(pid)
+                    run.end_child(pid)
                     return None
                 continue
             try:
@@ -423,7 +486,7 @@ def _run_from(first, code, source, fn_name, inputs, timeout_s, output_bytes, sto
                 _emit("RESULT", index, "output_limit", seconds, "-", "-")
                 continue
             _emit("RESULT", index, "ok", seconds, _b64(output), "-")
-        _end_child(pid)
+        run.end_child(pid)
         return None
     finally:
         os.close(read_fd)
@@ -436,13 +499,13 @@ def run_tests():
         return  # the sandbox was started ahead and is being discarded unused
     with open(sys.argv[1]) as handle:
         lines = handle.read().split("\n")
-    program_path, fn_name, timeout_s, output_bytes = lines[0], lines[1], float(lines[2]), int(lines[3])
-    stop_on_failure = lines[4] == "1"
+    program_path, fn_name, cpu_limit_s, wall_limit_s = lines[0], lines[1], float(lines[2]), float(lines[3])
+    output_bytes, stop_on_failure, budget_s = int(lines[4]), lines[5] == "1", float(lines[6])
     import resource
 
-    cpu_s = int(lines[5])
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
-    inputs = [line for line in lines[6:] if line]
+    backstop = math.ceil(budget_s) + 1  # RLIMIT_CPU of every process from here on, the run's budget
+    resource.setrlimit(resource.RLIMIT_CPU, (backstop, backstop + 1))
+    inputs = [line for line in lines[7:] if line]
     fn_name = None if fn_name == "-" else fn_name
     with open(program_path, encoding="utf-8", errors="surrogatepass") as handle:
         program = handle.read()
@@ -453,9 +516,10 @@ def run_tests():
         _emit("COMPILE_ERROR", _b64(f"{type(error).__name__}: {error}"[:2000]))
         return
     _emit("READY")
+    run = _Run(cpu_limit_s, wall_limit_s, budget_s)
     first = 0
     while first is not None and first < len(inputs):
-        first = _run_from(first, code, source, fn_name, inputs, timeout_s, output_bytes, stop_on_failure)
+        first = _run_from(first, code, source, fn_name, inputs, run, output_bytes, stop_on_failure)
 
 
 def main():

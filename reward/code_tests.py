@@ -8,9 +8,13 @@ the lines between the last two lines that contain a code fence.
 
 All tests of a problem run in ONE sandboxed process (:mod:`reward.code_harness`, which
 reproduces LiveCodeBench's harness: import preamble, ``wrapped_function``, ``Solution``
-instance, one load per problem), each test under the per-test time limit, the whole run
-under LiveCodeBench's limit ``(per-test limit + 1) * tests + 5`` seconds counted from the
-start of the call.  Comparison happens here, in the parent, on plain strings / data:
+instance, one load per problem), each test under the per-test limit, all of them under
+LiveCodeBench's whole-run limit ``(per-test limit + 1) * tests + 5`` seconds.  So that a
+verdict does not depend on what else the machine runs, the limits are CPU time of the run's
+own processes, each backed by a wall-clock limit :data:`WALL_BACKSTOP_FACTOR` times as long,
+and all of them count from the moment the run gets its sandbox slot (at most one run per
+usable core at once, host-wide: :mod:`reward.sandbox.slots`); waiting for a slot has its own
+limit, ``queue_timeout_s``.  Comparison happens here, in the parent, on plain strings / data:
 
 * stdin tests, as LiveCodeBench: both outputs stripped and split into lines, each line
   stripped; same number of lines; each line equal as text or else as a list of
@@ -25,7 +29,6 @@ from __future__ import annotations
 
 import binascii
 import json
-import math
 import time
 from dataclasses import dataclass
 from decimal import Decimal
@@ -33,6 +36,7 @@ from pathlib import Path
 
 from reward import outcome
 from reward.sandbox import Limits, Sandbox, default_sandbox
+from reward.sandbox.slots import check_max_runs
 
 CODE_MODES: tuple[str, ...] = ("all_pass", "fraction")
 TEST_TYPES: tuple[str, ...] = ("stdin", "functional")
@@ -40,6 +44,12 @@ HARNESS_SOURCE = Path(__file__).with_name("code_harness.py").read_text()
 HARNESS_CPU_S = 3600
 """RLIMIT_CPU of the sandbox as launched (possibly ahead of the problem); the runner sets the
 problem's own limit, ``ceil(whole-run limit) + 1`` seconds, before any program code runs."""
+WALL_BACKSTOP_FACTOR = 3.0
+"""Each CPU-time limit (a test's, the whole run's) is backed by a wall-clock limit this many times
+as long, counted from the start of the test or of the run: a program that sleeps or blocks still
+ends, and one that computes keeps its verdict while it gets a third of a core or more."""
+TEARDOWN_S = 5.0
+"""Time allowed for ending a sandbox that ran to its wall-clock limit and removing it."""
 
 FENCE = "```"
 @dataclass(frozen=True)
@@ -57,30 +67,59 @@ class CodeProblem:
 
 @dataclass(frozen=True)
 class CodeLimits:
-    """Per-test time limit, whole-run limit and resources of the sandbox.
+    """Time limits and resources of a problem's sandboxed run.
 
-    ``problem_budget_s=None`` (the default) is LiveCodeBench's whole-run limit,
-    ``(test_timeout_s + 1) * tests + 5`` seconds; a number caps the run at that instead.
-    Both are counted from the start of the scoring call, queueing included.
+    Attributes:
+        test_timeout_s: CPU seconds each test (and loading the program) may use -- the CPU time
+            of the test's process, all its threads -- LiveCodeBench's 6 s.  Its wall-clock
+            backstop is :data:`WALL_BACKSTOP_FACTOR` times as long.
+        problem_budget_s: cap on the whole run's limit; ``None`` (the default) is LiveCodeBench's,
+            ``(test_timeout_s + 1) * tests + 5`` seconds (:meth:`run_budget_s`): CPU seconds of
+            all tests together, backed by :meth:`run_wall_s` of wall-clock time.
+        memory_mb / output_mb: address space per process / largest output per test.
+        concurrency: sandboxed runs at once on this host (all scoring processes together); None:
+            ``REWARD_SANDBOX_MAX_RUNS``, else the cores this process may use.  Changes the
+            process's sandbox for every later call.
+        queue_timeout_s: how long a call may wait for a sandbox slot, from its start; a call that
+            gets none scores 0 as ``sandbox_error`` with ``scorer_failed`` (no verdict on the program).
+
+    Every run's limits count from the moment it gets its slot: waiting for one is not part of it.
     """
 
     test_timeout_s: float = 6.0
     problem_budget_s: float | None = None
     memory_mb: int = 2048
     output_mb: int = 16
+    concurrency: int | None = None
+    queue_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
-        for name in ("test_timeout_s", "problem_budget_s", "memory_mb", "output_mb"):
+        for name in ("test_timeout_s", "problem_budget_s", "memory_mb", "output_mb", "queue_timeout_s"):
             value = getattr(self, name)
             if value is None and name == "problem_budget_s":
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"code limit {name} must be a positive number, got {value!r}")
+        if self.concurrency is not None:
+            check_max_runs(self.concurrency, "code limit concurrency")
 
     def run_budget_s(self, n_tests: int) -> float:
-        """Wall-clock limit of a problem with ``n_tests`` tests (LiveCodeBench's, or the cap)."""
+        """CPU seconds for all ``n_tests`` tests of a problem (LiveCodeBench's whole-run limit, or the cap)."""
         lcb = (self.test_timeout_s + 1.0) * n_tests + 5.0
         return lcb if self.problem_budget_s is None else min(lcb, self.problem_budget_s)
+
+    @property
+    def test_wall_s(self) -> float:
+        """The wall-clock backstop of one test."""
+        return WALL_BACKSTOP_FACTOR * self.test_timeout_s
+
+    def run_wall_s(self, n_tests: int) -> float:
+        """The wall-clock backstop of the whole run, from the moment it gets its slot."""
+        return WALL_BACKSTOP_FACTOR * self.run_budget_s(n_tests)
+
+    def call_bound_s(self, n_tests: int) -> float:
+        """The longest one scoring call takes: waiting for a slot, the run, its teardown."""
+        return self.queue_timeout_s + self.run_wall_s(n_tests) + TEARDOWN_S
 
 
 DEFAULT_CODE_LIMITS = CodeLimits()
@@ -277,24 +316,26 @@ def score_code(
     if program is None:
         return outcome.all_or_nothing(outcome.NO_ANSWER, None)
     sandbox = sandbox or default_sandbox()
+    if limits.concurrency is not None and limits.concurrency != sandbox.max_runs:
+        sandbox.set_max_runs(limits.concurrency, "reward option code_concurrency")
     n = len(problem.tests)
-    budget = limits.run_budget_s(n)
     output_bytes = limits.output_mb << 20
     files = {"solution.py": program.encode("utf-8", errors="surrogatepass")}
     manifest = [
         "solution.py",
         problem.fn_name or "-",
-        repr(float(limits.test_timeout_s)),
+        repr(float(limits.test_timeout_s)),  # CPU seconds per test
+        repr(float(limits.test_wall_s)),  # its wall-clock backstop
         str(output_bytes),
         "1" if mode == "all_pass" else "0",
-        str(max(1, math.ceil(budget) + 1)),  # RLIMIT_CPU, a backstop: the wall-clock limits bind first
+        repr(float(limits.run_budget_s(n))),  # CPU seconds for all tests
     ]
     for i, test in enumerate(problem.tests):
         files[f"in_{i}"] = test.input.encode("utf-8", errors="surrogatepass")
         manifest.append(f"in_{i}")
     files["manifest"] = ("\n".join(manifest) + "\n").encode()
     sandbox_limits = Limits(
-        wall_s=budget,
+        wall_s=limits.run_wall_s(n),
         cpu_s=HARNESS_CPU_S,  # the runner lowers it for the program (manifest), once the problem is known
         memory_bytes=limits.memory_mb << 20,
         file_size_bytes=output_bytes + 1,
@@ -330,9 +371,11 @@ def score_code(
         files=files,
         limits=sandbox_limits,
         on_line=on_line,
-        started=started,
+        queue_deadline=started + limits.queue_timeout_s,
         prepared=True,
     )
+    if result.not_started:  # no slot in time: no verdict on the program, a failure of the scorer
+        return outcome.Verdict(outcome.SANDBOX_ERROR, program, 0.0, 0.0, guarded_failure=True)
     if header.get("COMPILE_ERROR"):
         return outcome.Verdict(outcome.RUNTIME_ERROR, program, 0.0, 0.0)
     if not header.get("READY"):

@@ -6,8 +6,9 @@ import subprocess
 from dataclasses import dataclass
 
 LEVELS: tuple[str, ...] = ("bwrap", "unshare", "rlimits")
-MAX_CONCURRENT_RUNS = 64
-"""Per process."""
+MAX_CONCURRENT_RUNS = 1024
+"""The most runs at once any setting may ask for (one dedicated uid each when root).  The default
+is the cores this process may use (:func:`reward.sandbox.slots.default_max_runs`)."""
 
 
 class SandboxUnavailable(RuntimeError):
@@ -19,7 +20,8 @@ class Limits:
     """Resource limits of one run.
 
     Attributes:
-        wall_s: wall-clock limit of the whole run, enforced by the parent.
+        wall_s: wall-clock limit of the whole run, enforced by the parent, counted from the moment
+            the run gets its slot (waiting for one is not part of the run).
         cpu_s: CPU seconds per process (``RLIMIT_CPU``).
         memory_bytes: address space per process (``RLIMIT_AS``).
         file_size_bytes: largest file a process may write (``RLIMIT_FSIZE``).
@@ -52,7 +54,9 @@ class RunResult:
     ``returncode`` is the exit status of the launcher (negative: killed by that signal).
     ``timed_out``: the parent killed the run at ``wall_s``; ``output_truncated``: the
     parent killed it for exceeding ``output_bytes``; ``stopped_early``: the line callback
-    asked to stop.
+    asked to stop; ``not_started``: no run slot came free before the caller's queue deadline,
+    so nothing ran.  ``wall_s`` is the run's own time, from its slot to its teardown;
+    ``queued_s`` the time it waited for the slot.
     """
 
     returncode: int | None
@@ -61,7 +65,9 @@ class RunResult:
     timed_out: bool = False
     output_truncated: bool = False
     stopped_early: bool = False
+    not_started: bool = False
     wall_s: float = 0.0
+    queued_s: float = 0.0
 
 
 @dataclass

@@ -7,15 +7,15 @@ import os
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
 import weakref
 from pathlib import Path
 from typing import Callable
 
 from reward.sandbox import commands
-from reward.sandbox.base import DEFAULT_LIMITS, LEVELS, MAX_CONCURRENT_RUNS, Launched, Limits, RunResult, SandboxUnavailable
+from reward.sandbox.base import DEFAULT_LIMITS, LEVELS, Launched, Limits, RunResult, SandboxUnavailable
 from reward.sandbox.processes import collect, end_run, kill_uid, remove_tree, say_go
+from reward.sandbox.slots import RunSlots, default_max_runs, slot_lock_dir
 from reward.sandbox.spares import SparePool
 from reward.sandbox.uids import UID_COUNT, UidLeases, uid_base, uid_lock_dir
 
@@ -23,11 +23,19 @@ from reward.sandbox.uids import UID_COUNT, UidLeases, uid_base, uid_lock_dir
 class Sandbox:
     """Runs commands at one isolation level; thread-safe, at most ``max_runs`` runs at a time.
 
+    ``max_runs``: run slots, host-wide (:mod:`reward.sandbox.slots`): every process whose
+    sandboxes use the same ``slot_dir`` (default: one per host and user) shares them.  Default
+    ``REWARD_SANDBOX_MAX_RUNS``, else the cores this process may use.
     ``spares``: how many sandboxes per command to keep launched ahead for ``prepared`` runs.
     """
 
     def __init__(
-        self, level: str, interpreter: str | None = None, max_runs: int = MAX_CONCURRENT_RUNS, spares: int = 2
+        self,
+        level: str,
+        interpreter: str | None = None,
+        max_runs: int | None = None,
+        spares: int = 2,
+        slot_dir: str | None = None,
     ) -> None:
         if level not in LEVELS:
             raise ValueError(f"unknown isolation level {level!r}; choose one of {LEVELS}")
@@ -35,7 +43,7 @@ class Sandbox:
         self.interpreter = interpreter or commands.find_interpreter()
         self.is_root = os.geteuid() == 0
         self._uids = UidLeases(uid_base(), UID_COUNT, uid_lock_dir()) if self.is_root else None
-        self._concurrency = threading.BoundedSemaphore(max_runs)
+        self._slots = RunSlots(default_max_runs() if max_runs is None else max_runs, slot_dir or slot_lock_dir())
         self._spares = SparePool(
             spares, lambda argv, limits, deadline, note: self._launch(argv, limits, deadline, None, True, note), self._discard
         )
@@ -44,6 +52,15 @@ class Sandbox:
         self._prlimit = shutil.which("prlimit") or "/usr/bin/prlimit"
         if not os.access(self._prlimit, os.X_OK):
             raise SandboxUnavailable("prlimit (util-linux) is missing; run scripts/install_system_deps.sh")
+
+    @property
+    def max_runs(self) -> int:
+        """How many runs may go at once (host-wide, see :mod:`reward.sandbox.slots`)."""
+        return self._slots.capacity
+
+    def set_max_runs(self, max_runs: int, name: str = "max_runs") -> None:
+        """Allow ``max_runs`` runs at once from now on; a bad value is a ValueError naming ``name``."""
+        self._slots.resize(max_runs, name)
 
     @property
     def spares(self) -> int:
@@ -86,7 +103,7 @@ class Sandbox:
         limits: Limits = DEFAULT_LIMITS,
         stdin: bytes | None = None,
         on_line: Callable[[bytes], bool] | None = None,
-        started: float | None = None,
+        queue_deadline: float | None = None,
         prepared: bool = False,
     ) -> RunResult:
         """Run ``argv`` (first element ``"python"`` means the sandbox interpreter) in a fresh directory.
@@ -98,9 +115,10 @@ class Sandbox:
             stdin: bytes fed on standard input (from a file, so no pipe deadlock).
             on_line: called with each complete stdout line while the run goes on; returning
                 ``False`` stops the run (``stopped_early``).
-            started: the ``time.monotonic()`` at which the caller's call began (default: now).
-                ``limits.wall_s`` counts from it, waiting for a free run slot or uid included:
-                a run that cannot start before then returns ``timed_out`` without running.
+            queue_deadline: the ``time.monotonic()`` by which the run must have its slot (None:
+                wait as long as it takes); past it the run returns ``not_started`` without
+                running.  Waiting for the slot is not part of the run: ``limits.wall_s`` counts
+                from the moment the run gets it.
             prepared: the command first reads one line ``go`` on its standard input and
                 only then its files (``stdin`` must be None).  Such runs are started ahead:
                 after each one, up to ``spares`` sandboxes for the same command and limits
@@ -113,16 +131,20 @@ class Sandbox:
             raise ValueError("empty command")
         if prepared and stdin is not None:
             raise ValueError("a prepared run reads 'go' on its standard input: stdin must be None")
-        begun = time.monotonic() if started is None else started
+        queued = time.monotonic()
+        slot = self._slots.acquire(queue_deadline)
+        begun = time.monotonic()
+        if slot is None:
+            return RunResult(None, b"", b"", not_started=True, queued_s=begun - queued)
         deadline = begun + limits.wall_s
-        if not self._concurrency.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            return RunResult(None, b"", b"", timed_out=True, wall_s=time.monotonic() - begun)
         try:
             launched = self._spares.take(argv, limits) if prepared else None
             if launched is None:
                 launched = self._launch(argv, limits, deadline, stdin, prepared)
                 if launched is None:  # no uid became free before the deadline
-                    return RunResult(None, b"", b"", timed_out=True, wall_s=time.monotonic() - begun)
+                    return RunResult(
+                        None, b"", b"", timed_out=True, wall_s=time.monotonic() - begun, queued_s=begun - queued
+                    )
             try:
                 self._write_files(launched, files or {})
                 if prepared:
@@ -138,14 +160,14 @@ class Sandbox:
                     if self.level == "rlimits" and launched.uid is not None:
                         kill_uid(launched.uid)
                 result.returncode = launched.process.returncode
-                result.wall_s = time.monotonic() - begun
+                result.wall_s, result.queued_s = time.monotonic() - begun, begun - queued
                 return result
             finally:
                 self._dispose(launched)
                 if prepared:
                     self._spares.replenish(argv, limits)
         finally:
-            self._concurrency.release()
+            self._slots.release(slot)
 
     def _launch(
         self,

@@ -1,10 +1,11 @@
-"""A call's time limit holds under load: from 8 and from 64 concurrent callers.
+"""Verdicts and limits under load: many callers at once.
 
-verl's reward managers call ``compute_score`` from many executor threads at once.  Each
-call's limit counts from the call's start, waiting for a math-verify worker or a sandbox
-slot included, so no call may run past its limit whatever the others are doing.  The
-assertions allow a margin for thread start-up and tear-down on a loaded CI machine; the
-failures they catch (queueing behind other callers' work) are several limits long.
+verl's reward managers call ``compute_score`` from many executor threads at once.  A math
+call's limit counts from the call's start, waiting for a math-verify worker included, so no
+call may run past it whatever the others are doing (the assertions allow a margin for thread
+start-up and tear-down on a loaded CI machine; the failures they catch, queueing behind other
+callers' work, are several limits long).  A code verdict must not depend on the others at
+all: a program's limits are CPU time counted from its own run's start, with a run per core.
 """
 
 from __future__ import annotations
@@ -15,9 +16,8 @@ import time
 
 import pytest
 
-from reward.code_tests import CodeLimits, score_code
 from reward.math_scoring import verdict_cache
-from reward.sandbox import Sandbox, default_sandbox
+from reward.sandbox import default_sandbox
 from reward.score import compute_score
 
 from .conftest import assert_no_stray_processes
@@ -27,8 +27,6 @@ pytestmark = pytest.mark.serial
 
 MARGIN_S = 3.0
 """Slack over a limit for thread scheduling and process tear-down on a loaded 2-core machine."""
-CODE_MARGIN_S = 5.0
-"""The same for sandboxes, whose tear-down (namespaces, directory) comes after the limit."""
 MATH_LIMIT_S = 2.0
 HOSTILE_MATH = ("\\boxed{9^{9^{9^9}}}", "\\boxed{(10^{10})!}")
 
@@ -102,49 +100,53 @@ ADD = json.dumps(
 )
 CORRECT = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
 ENDLESS = "```python\nwhile True:\n    pass\n```"
+HEAVY_CPU_S = 0.5
+"""CPU seconds each test of a heavy correct program burns (measured by the program itself, so the
+same on any machine) before it answers: half the per-test limit below."""
+HEAVY = (
+    "```python\nimport time\nstart = time.process_time()\nwhile time.process_time() - start < "
+    f"{HEAVY_CPU_S}:\n    pass\na, b = map(int, input().split())\nprint(a + b)\n```"
+)
+LOAD_TEST_LIMIT_S = 1.0
+CORRECT_PROGRAMS, HEAVY_PROGRAMS, LOOPS = 16, 6, 48
 
 
-def test_code_limit_counts_waiting_for_a_sandbox_slot():
-    """24 callers share a sandbox that runs 2 programs at a time: queueing comes out of the limit
-    (counted from the run's start instead, the last callers took 15 s and more)."""
-    sandbox = Sandbox(default_sandbox().level, max_runs=2)
-    limits = CodeLimits(test_timeout_s=1.0, problem_budget_s=3.0)
-    calls = [(lambda: score_code(ENDLESS, ADD, limits=limits, sandbox=sandbox)) for _ in range(24)]
-    try:
-        results = _run_all(calls)
-    finally:
-        sandbox.close()
-    slowest = max(seconds for seconds, _ in results)
-    assert slowest <= limits.problem_budget_s + CODE_MARGIN_S, f"a call took {slowest:.1f} s; its limit is 3 s"
-    assert all(verdict.reason == "timeout" for _, verdict in results)
-    assert_no_stray_processes()
+def test_code_verdicts_do_not_depend_on_load():
+    """Correct programs scored beside three times as many endless loops, from 64 threads at once:
+    every correct program passes (6 of them need half their per-test limit in CPU time), every
+    loop times out, and the whole batch ends within a bound derived from the limits.
 
-
-@pytest.mark.parametrize("callers", [8, pytest.param(64, marks=pytest.mark.slow)])
-def test_code_limit_holds_from_many_callers(callers):
-    test_limit_s = 2.0
-    budget = CodeLimits(test_timeout_s=test_limit_s).run_budget_s(2)
-    jobs = [(ENDLESS, "timeout") if k % 2 else (CORRECT, "correct") for k in range(callers)]
+    Before the limits were CPU time counted from a run's own slot, with at most a run per core,
+    every heavy program here and several light ones timed out (docs/rewards.md, "Code limits").
+    """
+    jobs = []  # (response, expected reason), loops and correct programs interleaved
+    for k in range(CORRECT_PROGRAMS + LOOPS):
+        if k % 4:
+            jobs.append((ENDLESS, "timeout"))
+        else:
+            jobs.append((HEAVY if k // 4 < HEAVY_PROGRAMS else CORRECT, "correct"))
+    assert [expected for _, expected in jobs].count("correct") == CORRECT_PROGRAMS
     sources = ("livecodebench", "deepcoder", "primeintellect")
     calls = [
-        (
-            lambda response=response, source=sources[k % 3]: compute_score(
-                source, response, ADD, code_test_timeout_s=test_limit_s
-            )
-        )
+        (lambda response=response, source=sources[k % 3]: compute_score(
+            source, response, ADD, code_test_timeout_s=LOAD_TEST_LIMIT_S
+        ))
         for k, (response, _) in enumerate(jobs)
     ]
+    started = time.monotonic()
     results = _run_all(calls)
-    slowest = max(seconds for seconds, _ in results)
-    assert slowest <= budget + CODE_MARGIN_S, f"a call took {slowest:.1f} s; its limit is {budget} s"
-    reasons = [result["reason"] for _, result in results]
-    if callers <= 8:
-        assert reasons == [reason for _, reason in jobs]
-    else:
-        # 32 endless programs hold both cores for their whole limit: a correct program late to
-        # the CPU is a timeout (the limit is wall-clock, as LiveCodeBench's), never wrong, and an
-        # endless one is never passed (a CI run: 8 of 32 correct ones timed out)
-        assert all(r == "timeout" for r, (_, expected) in zip(reasons, jobs) if expected == "timeout"), reasons
-        assert all(r in ("correct", "timeout") for r in reasons), reasons
-        assert "correct" in reasons, reasons
+    elapsed = time.monotonic() - started
+    failures = [
+        (k, response[:40], result) for k, ((response, expected), (_, result)) in enumerate(zip(jobs, results))
+        if result["reason"] != expected or result["scorer_failed"]
+    ]
+    assert not failures, failures
+    # Bound: every test's CPU limit used in full (a loop's first test; both tests of a correct
+    # program), shared by the run slots, twice over, plus 20 s for starting 64 sandboxes.
+    # Measured: ~30 s on 2 cores (docs/rewards.md).
+    slots = default_sandbox().max_runs
+    cpu_limits = LOOPS * LOAD_TEST_LIMIT_S + CORRECT_PROGRAMS * 2 * LOAD_TEST_LIMIT_S
+    bound = 2 * cpu_limits / slots + 20.0
+    print(f"{len(jobs)} calls on {slots} run slots: {elapsed:.1f} s (bound {bound:.0f} s)")
+    assert elapsed <= bound, f"the batch took {elapsed:.1f} s; bound {bound:.0f} s"
     assert_no_stray_processes()
