@@ -10,6 +10,7 @@ from dataclasses import dataclass, fields
 
 from reward.code_tests import CODE_MODES
 from reward.outcome import check_score_mode
+from reward.sandbox.slots import check_max_runs
 from reward.response_format import PLAIN, check_response_format
 
 CODE_BACKENDS: tuple[str, ...] = ("local", "sandbox_fusion")
@@ -33,10 +34,21 @@ class RewardOptions:
             of the call (waiting for a math-verify worker included).
         math_workers: math-verify worker processes kept (default min(4, CPUs)); fixed at first
             use.  Under load, up to max(3 x, 8) are forked while needed.
-        code_test_timeout_s: wall-clock limit per test (LiveCodeBench uses 6 s).
-        code_problem_budget_s: cap on the wall-clock limit for all tests of one problem; default
-            ``None``: LiveCodeBench's own, ``(code_test_timeout_s + 1) * tests + 5`` seconds.
-            Both limits count from the start of the call, queueing included.
+        code_test_timeout_s: CPU seconds per test (LiveCodeBench's 6 s, there wall-clock): the CPU
+            time of the test's process, so a program's verdict does not depend on what runs beside
+            it; a wall-clock backstop 3 times as long ends a program that sleeps or blocks.
+        code_problem_budget_s: cap on the CPU seconds for all tests of one problem; default
+            ``None``: LiveCodeBench's own, ``(code_test_timeout_s + 1) * tests + 5`` seconds, with a
+            wall-clock backstop 3 times as long.  Every limit counts from the moment the run gets
+            its sandbox slot: waiting for one is not part of it.
+        code_concurrency: sandboxed programs run at once on this host, all reward processes
+            together (host-wide slots); default ``None``: the environment variable
+            ``REWARD_SANDBOX_MAX_RUNS``, else the cores this process may use (its CPU affinity,
+            lowered to its cgroup's CPU quota).  More than the cores makes programs share them,
+            which only the wall-clock backstops notice.
+        code_queue_timeout_s: how long one call may wait for a sandbox slot, from the call's start
+            (default 600 s); a call that gets none scores 0 as ``sandbox_error`` with
+            ``scorer_failed`` = 1, with no verdict on the program.
         code_memory_mb: address-space limit per sandboxed process.
         code_output_mb: largest output one test may write.
         code_backend: ``local`` (this machine's sandbox) or ``sandbox_fusion`` (HTTP server).
@@ -57,6 +69,8 @@ class RewardOptions:
     code_problem_budget_s: float | None = None
     code_memory_mb: int = 2048
     code_output_mb: int = 16
+    code_concurrency: int | None = None
+    code_queue_timeout_s: float = 600.0
     code_backend: str = "local"
     sandbox_fusion_url: str | None = None
     sandbox_fusion_concurrency: int = 4
@@ -77,6 +91,7 @@ class RewardOptions:
             "code_problem_budget_s",
             "code_memory_mb",
             "code_output_mb",
+            "code_queue_timeout_s",
             "call_timeout_s",
         ):
             value = getattr(self, name)
@@ -84,6 +99,8 @@ class RewardOptions:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"reward option {name} must be a positive number, got {value!r}")
+        if self.code_concurrency is not None:
+            check_max_runs(self.code_concurrency, "reward option code_concurrency")
         if self.math_workers is not None and (not isinstance(self.math_workers, int) or self.math_workers < 1):
             raise ValueError(f"reward option math_workers must be a positive integer, got {self.math_workers!r}")
         if not isinstance(self.sandbox_fusion_concurrency, int) or self.sandbox_fusion_concurrency < 1:
