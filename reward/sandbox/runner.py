@@ -15,7 +15,7 @@ from typing import Callable
 from reward.sandbox import commands
 from reward.sandbox.base import DEFAULT_LIMITS, LEVELS, Launched, Limits, RunResult, SandboxUnavailable
 from reward.sandbox.processes import collect, end_run, kill_uid, remove_tree, say_go
-from reward.sandbox.slots import RunSlots, default_max_runs, slot_lock_dir
+from reward.sandbox.slots import RunSlots, check_max_runs, default_max_runs, slot_lock_dir
 from reward.sandbox.spares import SparePool
 from reward.sandbox.uids import UID_COUNT, UidLeases, uid_base, uid_lock_dir
 
@@ -43,7 +43,8 @@ class Sandbox:
         self.interpreter = interpreter or commands.find_interpreter()
         self.is_root = os.geteuid() == 0
         self._uids = UidLeases(uid_base(), UID_COUNT, uid_lock_dir()) if self.is_root else None
-        self._slots = RunSlots(default_max_runs() if max_runs is None else max_runs, slot_dir or slot_lock_dir())
+        max_runs = default_max_runs() if max_runs is None else check_max_runs(max_runs, "Sandbox max_runs")
+        self._slots = RunSlots(max_runs, slot_dir or slot_lock_dir())
         self._spares = SparePool(
             spares, lambda argv, limits, deadline, note: self._launch(argv, limits, deadline, None, True, note), self._discard
         )
