@@ -12,7 +12,10 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -317,3 +320,71 @@ def test_a_driver_joining_a_running_cluster_does_not_size_ray(tmp_path):
     assert joined.ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM == "cpu"
     assert "is a running cluster" in said[0]
     assert drop_node_resources_on_a_cluster(copy.deepcopy(command.config), say=said.append, environ={"RAY_ADDRESS": "local"}) == []
+
+
+@pytest.fixture(scope="module")
+def weak_node_path():
+    """A PATH with every program of /usr/bin and /bin but bwrap and unshare (a node where only the
+    weak rlimits sandbox works), in a directory the sandbox's uid can reach."""
+    directory = Path(tempfile.mkdtemp(prefix="dfpo-weak-node-"))
+    directory.chmod(0o755)
+    for folder in ("/usr/bin", "/bin"):
+        for entry in os.scandir(folder):
+            if entry.name not in ("bwrap", "unshare") and not (directory / entry.name).exists():
+                (directory / entry.name).symlink_to(entry.path)
+    try:
+        yield str(directory)
+    finally:
+        shutil.rmtree(directory)
+
+
+GPU_LIST = 'echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)"\n'
+
+
+def test_launcher_on_a_gpu_node_without_the_strong_sandbox_stops_before_ray(tmp_path, weak_node_path):
+    """ray_cluster.sh on a GPU node (a stand-in nvidia-smi lists one) without bwrap and unshare:
+    head (and worker) stop before `ray start`, naming the node and the fix; with
+    REWARD_SANDBOX_ALLOW_WEAK=1 the node starts, saying so, with REWARD_SANDBOX_REQUIRE_STRONG=1
+    in its Ray's environment (so its reward workers refuse a weak level unless opted in)."""
+    _stand_in(tmp_path, "nvidia-smi", GPU_LIST)
+    _stand_in(
+        tmp_path,
+        "ray",
+        'echo "$* REQUIRE=${REWARD_SANDBOX_REQUIRE_STRONG:-} ALLOW=${REWARD_SANDBOX_ALLOW_WEAK:-}" >> "$HOME/calls.txt"\n'
+        'echo "Ray runtime started."\ntrap "exit 0" TERM\nwhile true; do sleep 0.1; done\n',
+    )
+    host = socket.gethostname()
+    node = {"PATH": f"{tmp_path}:{weak_node_path}", "PYTHON": sys.executable}
+    refused = _launcher(["head"], tmp_path, **node)
+    assert refused.returncode == 1
+    assert f"error: node {host}: the code-reward sandbox cannot isolate untrusted code here" in refused.stderr
+    assert f"dfpo ray_cluster error: node {host}: the code-reward sandbox is not strong here" in refused.stderr
+    assert "install_system_deps.sh" in refused.stderr and "REWARD_SANDBOX_ALLOW_WEAK=1" in refused.stderr
+    assert not (tmp_path / "calls.txt").exists() and not (tmp_path / "node" / "ray.pid").exists()
+    _token(tmp_path)
+    assert _launcher(["worker", "10.0.0.1:6379"], tmp_path, **node).returncode == 1 and not (tmp_path / "calls.txt").exists()
+    allowed = _launcher(["head"], tmp_path, REWARD_SANDBOX_ALLOW_WEAK="1", **node)
+    try:
+        assert allowed.returncode == 0, allowed.stderr
+        assert f"WARNING: node {host}: REWARD_SANDBOX_ALLOW_WEAK=1: model-written code runs in the WEAK sandbox level rlimits" in allowed.stderr
+        assert f"node {host}: REWARD_SANDBOX_ALLOW_WEAK is set" in allowed.stderr
+        assert (tmp_path / "calls.txt").read_text().strip().endswith("REQUIRE=1 ALLOW=1")
+    finally:
+        assert _launcher(["stop"], tmp_path).returncode == 0
+
+
+def test_slurm_stops_before_any_ray_when_a_gpu_node_lacks_the_strong_sandbox(tmp_path, weak_node_path):
+    """The sbatch template's first step checks every node: a GPU node without the strong sandbox
+    ends the job before any `ray start` and before the recipe, naming the node."""
+    log = tmp_path / "calls.txt"
+    env = _slurm_stand_ins(tmp_path, log)
+    _stand_in(tmp_path, "nvidia-smi", GPU_LIST)
+    recipe = tmp_path / "recipe.sh"
+    recipe.write_text(f'echo "recipe ran" >> {log}\n')
+    env.update(PATH=f"{tmp_path}:{weak_node_path}", PYTHON=sys.executable)
+    result = subprocess.run(["bash", str(LAUNCH / "slurm_dfpo.sbatch"), str(recipe)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert f"node {socket.gethostname()}: the code-reward sandbox is not strong here" in result.stderr
+    assert "the code-reward sandbox check failed on a node named above: nothing was started" in result.stderr
+    calls = log.read_text()
+    assert "check" in calls and "ray start" not in calls and "recipe ran" not in calls
