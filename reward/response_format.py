@@ -117,3 +117,26 @@ def is_truncated(extra_info: object) -> bool:
         return False
     flag = extra_info.get(TRUNCATED_KEY)
     return bool(flag) if flag is not None else False
+
+
+def template_response_format(tokenizer, chat_template_kwargs: dict | None = None) -> str:
+    """The format a model's responses take, read off its tokenizer and chat template.
+
+    ``harmony`` when the vocabulary's ``<|channel|>`` and ``<|message|>`` are special tokens (GPT-OSS);
+    ``qwen3_thinking`` when ``</think>`` is an added token and the generation prompt, rendered with
+    ``chat_template_kwargs``, leaves the thinking to the response (Qwen3 with thinking on opens
+    nothing, Qwen3-Next-Thinking opens ``<think>``); ``plain`` otherwise -- Qwen3 with thinking
+    off closes an empty thinking block in the prompt, so its responses hold no ``</think>``.
+    ``dfpo.evaluation.generate`` scores with this format by default, and ``dfpo.main``'s preflight
+    checks that a recipe's ``response_format`` agrees with it.
+    """
+    added = {token.content: token.special for token in tokenizer.added_tokens_decoder.values()}
+    if added.get("<|channel|>") and added.get("<|message|>"):
+        return HARMONY
+    if QWEN3_THINK_CLOSE not in added:
+        return PLAIN
+    probe = [{"role": "user", "content": "What is 1 + 1?"}]
+    prompt = tokenizer.apply_chat_template(
+        probe, add_generation_prompt=True, tokenize=False, **dict(chat_template_kwargs or {})
+    )
+    return PLAIN if prompt.rstrip().endswith(QWEN3_THINK_CLOSE) else QWEN3_THINKING

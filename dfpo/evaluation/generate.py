@@ -31,6 +31,7 @@ from dfpo.evaluation.run_store import RunStore, read_samples
 from dfpo.evaluation.sampling import PRESETS, derive_seed, preset
 from dfpo.evaluation.scoring import DEFAULT_SCORER, ParallelScorer, ScoreJob, scorer_version
 from dfpo.evaluation.summary import summarize
+from reward.response_format import RESPONSE_FORMATS, TRUNCATED_KEY, template_response_format
 
 
 def make_request(problem: EvalProblem, k: int, base_seed: int) -> GenerationRequest:
@@ -44,8 +45,16 @@ def make_request(problem: EvalProblem, k: int, base_seed: int) -> GenerationRequ
 
 
 def _jobs(problem: EvalProblem, completions: list[Completion]) -> list[ScoreJob]:
+    # the cut-off flag verl's training reward gets from reward/verl_reward_manager.py, from the backend here
     return [
-        ScoreJob(problem.problem_id, j, problem.data_source, c.text, problem.ground_truth, problem.extra_info)
+        ScoreJob(
+            problem.problem_id,
+            j,
+            problem.data_source,
+            c.text,
+            problem.ground_truth,
+            {**problem.extra_info, TRUNCATED_KEY: c.truncated},
+        )
         for j, c in enumerate(completions)
     ]
 
@@ -127,6 +136,27 @@ def run_evaluation(
     return summary
 
 
+def scorer_format_kwargs(args: argparse.Namespace, tokenizer, chat_template_kwargs: dict | None) -> dict[str, str]:
+    """The ``response_format`` reward/'s scorer gets: ``--response-format``, or read off the model's
+    tokenizer and chat template (``auto``), so avg@k reads responses as the training reward does.
+    Empty for another scorer, which gets the whole response."""
+    chosen = args.response_format
+    if chosen == "auto":
+        chosen = template_response_format(tokenizer, chat_template_kwargs)
+    given = args.scorer_kwargs.get("response_format")
+    if given is not None and given != chosen:
+        raise SystemExit(
+            f"--scorer-kwargs sets response_format={given!r} but the responses are {chosen!r} "
+            f"(--response-format {args.response_format}); drop one of them or make them agree"
+        )
+    if args.scorer.partition(":")[0] != DEFAULT_SCORER.partition(":")[0]:
+        if chosen != "plain":
+            print(f"note: the responses are {chosen!r}; the scorer {args.scorer} gets them whole", file=sys.stderr)
+        return {}
+    print(f"scoring the {chosen} response format (reward/response_format.py)")
+    return {"response_format": chosen}
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     parser = argparse.ArgumentParser(
@@ -155,6 +185,14 @@ def build_parser() -> argparse.ArgumentParser:
         default={},
         help='JSON object passed to every scorer call, e.g. \'{"code_backend": "sandbox_fusion", '
         '"sandbox_fusion_url": "http://127.0.0.1:8080"}\' (reward.options.RewardOptions fields)',
+    )
+    parser.add_argument(
+        "--response-format",
+        choices=("auto", *RESPONSE_FORMATS),
+        default="auto",
+        help="where the final answer is (reward/response_format.py); auto: read off the model's tokenizer and "
+        "chat template (harmony for GPT-OSS, qwen3_thinking when the thinking is left to the response, else "
+        "plain), as the training recipes set it. Passed to reward/'s scorer as its response_format option",
     )
     parser.add_argument(
         "--score-workers",
@@ -259,6 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"--scorer-kwargs must be a JSON object, got {args.scorer_kwargs!r}")
     with ParallelScorer(args.scorer, num_workers=args.score_workers, kwargs=args.scorer_kwargs) as scorer:
         backend = build_backend(args.backend, args.model, sampling, **options)
+        scorer.kwargs.update(scorer_format_kwargs(args, backend.tokenizer, sampling.chat_template_kwargs))
         manifest = {
             "model": str(Path(args.model).expanduser().resolve())
             if Path(args.model).expanduser().exists()

@@ -324,7 +324,11 @@ def test_generate_command_with_worker_processes_and_the_real_scorer(tiny_model_d
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "avg@2" in proc.stdout
     manifest = read_manifest(out)
-    assert manifest["scorer"] == {"function": "reward.score:compute_score", "kwargs": {"math_timeout_s": 20}}
+    # the tiny model has no thinking markers: its responses are read whole (--response-format auto)
+    assert manifest["scorer"] == {
+        "function": "reward.score:compute_score",
+        "kwargs": {"math_timeout_s": 20, "response_format": "plain"},
+    }
     assert manifest["sampling"]["top_k"] is None and manifest["sampling"]["temperature"] == 0.6
     assert manifest["data"][0]["sha256"] and manifest["n_problems"] == 3
     # what the report compares between runs: which file holds each benchmark, and the scorer's code

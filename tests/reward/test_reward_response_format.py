@@ -307,3 +307,72 @@ def test_the_manager_keeps_samples_that_share_one_extra_info_dict_apart():
     cut.non_tensor_batch["extra_info"] = np.array([shared], dtype=object)
     assert score_through(manager, cut)["reason"] == "unfinished"
     assert shared == {"index": 3}
+
+
+# ----------------------------------------------------------------------------- evaluation reads the same way
+def qwen3_next_thinking_tokenizer():
+    """Qwen3's tokenizer with Qwen3-Next-Thinking's generation prompt: its published template opens
+    the thinking in the prompt (``<|im_start|>assistant\\n<think>\\n``) and takes no switch."""
+    import copy
+
+    tokenizer = copy.deepcopy(qwen3_tokenizer())
+    template = tokenizer.chat_template
+    start = template.index("{%- if add_generation_prompt %}")
+    tokenizer.chat_template = template[:start] + (
+        "{%- if add_generation_prompt %}\n    {{- '<|im_start|>assistant\\n<think>\\n' }}\n{%- endif %}\n"
+    )
+    return tokenizer
+
+
+def test_the_format_read_off_each_template_is_the_recipes():
+    """What evaluation's ``--response-format auto`` picks is what each thinking recipe's reward reads."""
+    from reward.response_format import template_response_format
+
+    qwen3_32b = dict(composed_config("run_dfpo_min_replace_qwen3_32b.sh").data.apply_chat_template_kwargs)
+    assert template_response_format(qwen3_tokenizer(), qwen3_32b) == THINKING_RECIPES["run_dfpo_min_replace_qwen3_32b.sh"]
+    prompt = qwen3_next_thinking_tokenizer().apply_chat_template(
+        [{"role": "user", "content": "1 + 1?"}], add_generation_prompt=True, tokenize=False
+    )
+    assert prompt.endswith("<|im_start|>assistant\n<think>\n")
+    assert template_response_format(qwen3_next_thinking_tokenizer(), {}) == QWEN3_THINKING
+    assert template_response_format(harmony_tokenizer(), {"reasoning_effort": "high"}) == HARMONY
+    assert template_response_format(qwen3_tokenizer(), {"enable_thinking": False}) == PLAIN
+
+
+def _generate_args(*argv: str):
+    from dfpo.evaluation.generate import build_parser
+
+    return build_parser().parse_args(["--model", "m", "--data", "d.parquet", "--output-dir", "o", *argv])
+
+
+def test_evaluation_scores_with_the_models_format_and_refuses_a_conflicting_one(capsys):
+    from dfpo.evaluation.generate import scorer_format_kwargs
+
+    thinking = {"enable_thinking": True}
+    assert scorer_format_kwargs(_generate_args(), qwen3_tokenizer(), thinking) == {"response_format": QWEN3_THINKING}
+    assert scorer_format_kwargs(_generate_args(), harmony_tokenizer(), {}) == {"response_format": HARMONY}
+    forced = _generate_args("--response-format", "plain")
+    assert scorer_format_kwargs(forced, qwen3_tokenizer(), thinking) == {"response_format": PLAIN}
+    conflicting = _generate_args("--scorer-kwargs", '{"response_format": "plain"}')
+    with pytest.raises(SystemExit, match="response_format='plain' but the responses are 'qwen3_thinking'"):
+        scorer_format_kwargs(conflicting, qwen3_tokenizer(), thinking)
+    other_scorer = _generate_args("--scorer", "my_pkg.rewards:score")
+    assert scorer_format_kwargs(other_scorer, qwen3_tokenizer(), thinking) == {}
+    assert "gets them whole" in capsys.readouterr().err
+
+
+def test_evaluation_hands_the_scorer_the_cut_off_flag():
+    """A sample the backend reports truncated is unfinished for the scorer, as in training."""
+    from dfpo.evaluation.backends import Completion
+    from dfpo.evaluation.generate import _jobs
+    from dfpo.evaluation.problems import EvalProblem
+
+    problem = EvalProblem(
+        problem_id="p0", data_source="aime25", messages=[{"role": "user", "content": "?"}], ground_truth="5",
+        extra_info={"index": 0}, difficulty=None, row=0,
+    )  # fmt: skip
+    turn = "<think>\nok\n</think>\n\n\\boxed{5}"
+    jobs = _jobs(problem, [Completion(turn, 9, True, 1), Completion(turn, 9, False, 2)])
+    scores = [compute_score(j.data_source, j.solution_str, j.ground_truth, j.extra_info, response_format=QWEN3_THINKING) for j in jobs]
+    assert [s["reason"] for s in scores] == ["unfinished", "correct"]
+    assert problem.extra_info == {"index": 0}

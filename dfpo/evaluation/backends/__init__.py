@@ -44,6 +44,10 @@ class Completion:
 class GenerationBackend(Protocol):
     """What the evaluation loop needs from a backend."""
 
+    tokenizer: Any
+    """The model's Hugging Face tokenizer (prompts are rendered with its chat template; the response
+    format the scorer reads is found from it: ``reward.response_format.template_response_format``)."""
+
     def describe(self) -> dict[str, Any]:
         """Settings that identify the backend in the run manifest."""
         ...
