@@ -345,8 +345,8 @@ def test_launcher_on_a_gpu_node_without_the_strong_sandbox_stops_before_ray(tmp_
     """ray_cluster.sh on a GPU node (a stand-in nvidia-smi lists one) without bwrap and unshare:
     head (and worker) stop before `ray start`, naming the node and the fix; with
     REWARD_SANDBOX_ALLOW_WEAK=1 the node starts, saying so, with REWARD_SANDBOX_REQUIRE_STRONG=1
-    in its Ray's environment (so its reward workers refuse a weak level unless opted in)."""
-    _stand_in(tmp_path, "nvidia-smi", GPU_LIST)
+    in its Ray's environment (so its reward workers refuse a weak level unless opted in). A node
+    without a GPU (CPU clusters, whose GPUS_PER_NODE are logical) is not required to have it."""
     _stand_in(
         tmp_path,
         "ray",
@@ -355,6 +355,16 @@ def test_launcher_on_a_gpu_node_without_the_strong_sandbox_stops_before_ray(tmp_
     )
     host = socket.gethostname()
     node = {"PATH": f"{tmp_path}:{weak_node_path}", "PYTHON": sys.executable}
+    cpu_node = _launcher(["head"], tmp_path, GPUS_PER_NODE="1", **node)
+    try:
+        assert cpu_node.returncode == 0, cpu_node.stderr
+        assert f"{host}: no GPU (or VERL_PLATFORM=cpu): the code-reward sandbox is not required here" in cpu_node.stderr
+        assert (tmp_path / "calls.txt").read_text().strip().endswith("REQUIRE= ALLOW=")
+    finally:
+        assert _launcher(["stop"], tmp_path).returncode == 0
+    (tmp_path / "calls.txt").unlink()
+    (tmp_path / ".ray" / "auth_token").unlink()
+    _stand_in(tmp_path, "nvidia-smi", GPU_LIST)
     refused = _launcher(["head"], tmp_path, **node)
     assert refused.returncode == 1
     assert f"error: node {host}: the code-reward sandbox cannot isolate untrusted code here" in refused.stderr
