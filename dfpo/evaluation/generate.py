@@ -320,7 +320,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"{len(problems)} problems x {args.k} samples: avg@{args.k} = {100 * overall['avg@k']:.2f}%, "
         f"pass@{args.k} = {100 * overall['pass@k'][str(args.k)]:.2f}%, "
-        f"mean length {overall['mean_response_tokens']:.0f} tokens, truncated {100 * overall['truncation_rate']:.1f}%"
+        f"mean length {overall['mean_response_tokens']:.0f} tokens, truncated {100 * overall['truncation_rate']:.1f}%, "
+        f"unfinished {100 * overall['unfinished_rate']:.1f}%"
     )
     for source, metrics in summary["by_data_source"].items():
         print(f"  {source}: avg@{args.k} = {100 * metrics['avg@k']:.2f}% over {metrics['n_problems']} problems")

@@ -1,4 +1,5 @@
-"""Per-run metrics from the sample records: avg@k, unbiased pass@k, length and truncation.
+"""Per-run metrics from the sample records: avg@k, unbiased pass@k, length, truncation and
+unfinished thinking (reason ``unfinished``, reward/response_format.py: counted apart from wrong answers).
 
 Computed overall, per data_source and, where rows carry ``extra_info.difficulty``, per
 difficulty within each data_source. Every problem has exactly k samples, so every problem
@@ -14,6 +15,7 @@ import numpy as np
 
 from dfpo.evaluation.run_store import group_by_problem
 from dfpo.evaluation.stats import avg_at_k, pass_at_k, pass_at_k_ladder
+from reward.outcome import UNFINISHED
 
 
 def correctness_matrix(groups: dict[str, list[dict[str, Any]]], problem_ids: list[str]) -> np.ndarray:
@@ -22,7 +24,7 @@ def correctness_matrix(groups: dict[str, list[dict[str, Any]]], problem_ids: lis
 
 
 def group_metrics(groups: dict[str, list[dict[str, Any]]], problem_ids: list[str], k: int) -> dict[str, Any]:
-    """Metrics of a set of problems: avg@k, pass@j (j = 1, 2, 4, ..., k), length, truncation."""
+    """Metrics of a set of problems: avg@k, pass@j (j = 1, 2, 4, ..., k), length, truncation, unfinished."""
     acc = correctness_matrix(groups, problem_ids)
     # a sample counts as correct for pass@k when acc == 1 (partial credit never passes)
     n_correct = (acc >= 1.0).sum(axis=1)
@@ -30,6 +32,7 @@ def group_metrics(groups: dict[str, list[dict[str, Any]]], problem_ids: list[str
     tokens = np.array([r["num_tokens"] for r in records], dtype=float)
     truncated = np.array([bool(r["truncated"]) for r in records], dtype=float)
     scores = np.array([r["score"] for r in records], dtype=float)
+    unfinished = np.array([r.get("reason") == UNFINISHED for r in records], dtype=float)
     return {
         "n_problems": len(problem_ids),
         "n_samples": len(records),
@@ -40,6 +43,8 @@ def group_metrics(groups: dict[str, list[dict[str, Any]]], problem_ids: list[str
         "mean_score": float(scores.mean()),
         "mean_response_tokens": float(tokens.mean()),
         "truncation_rate": float(truncated.mean()),
+        # responses that never reached their final answer (thinking formats): scored 0, not wrong answers
+        "unfinished_rate": float(unfinished.mean()),
     }
 
 

@@ -376,3 +376,18 @@ def test_evaluation_hands_the_scorer_the_cut_off_flag():
     scores = [compute_score(j.data_source, j.solution_str, j.ground_truth, j.extra_info, response_format=QWEN3_THINKING) for j in jobs]
     assert [s["reason"] for s in scores] == ["unfinished", "correct"]
     assert problem.extra_info == {"index": 0}
+
+
+def test_evaluation_summaries_count_unfinished_apart_from_wrong_answers():
+    from dfpo.evaluation.summary import summarize
+
+    def record(j, reason):
+        return {
+            "problem_id": "p0", "data_source": "aime25", "difficulty": None, "row": 0, "sample_index": j, "seed": j,
+            "response": "", "num_tokens": 4, "truncated": reason == "unfinished", "score": float(reason == "correct"),
+            "acc": float(reason == "correct"), "pred": None, "reason": reason, "details": {},
+        }  # fmt: skip
+
+    reasons = ["correct", "wrong_answer", "unfinished", "unfinished"]
+    overall = summarize([record(j, r) for j, r in enumerate(reasons)], k=4)["overall"]
+    assert (overall["avg@k"], overall["unfinished_rate"]) == (0.25, 0.5)
