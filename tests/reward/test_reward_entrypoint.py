@@ -183,3 +183,22 @@ def test_readme_overrides_compose_with_verls_config():
     fn = get_custom_reward_fn(config)
     assert fn(data_source="aime24", solution_str="Answer: 5", ground_truth="6")["score"] == -1.0
     assert fn(data_source="aime24", solution_str="Answer: 6", ground_truth="6")["score"] == 1.0
+
+
+def test_every_reward_option_has_a_row_in_the_docs_table():
+    """docs/rewards.md's reward_kwargs table names every RewardOptions field, and nothing else
+    (the rows of its response-format table are the format names)."""
+    import re
+    from dataclasses import fields
+
+    from reward.options import RewardOptions
+
+    text = (REPO / "docs" / "rewards.md").read_text()
+    rows = set()
+    for line in text.splitlines():
+        match = re.match(r"\| ((?:`\w+`(?: / )?)+) \|", line)
+        if match:
+            rows.update(re.findall(r"`(\w+)`", match.group(1)))
+    options = {f.name for f in fields(RewardOptions)}
+    assert options <= rows, f"options without a row in docs/rewards.md: {sorted(options - rows)}"
+    assert rows & options == rows - {"plain", "qwen3_thinking", "harmony"}, sorted(rows - options)
