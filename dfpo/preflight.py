@@ -20,6 +20,11 @@ to do:
 * **The files the run reads.** ``actor_rollout_ref.model.path`` and every file of
   ``data.train_files`` and ``data.val_files`` must exist (paths with a scheme, ``hdfs://`` and the
   like, and a hub id such as ``Qwen/Qwen3-32B`` as the model, are verl's to fetch), named with the knob that sets them and how to make them.
+* **The response format.** Where the model is a local checkpoint, the reward's ``response_format``
+  (``reward/response_format.py``) must be the one its tokenizer and chat template, rendered with
+  ``data.apply_chat_template_kwargs``, produce: Qwen3 with thinking off read as ``qwen3_thinking``
+  would score every response 0 as unfinished, and a thinking template read as ``plain`` would credit
+  answers tried in the thinking.
 * **Trainer mode.** ``dfpo_separate_async`` needs its rollout's own GPUs
   (``actor_rollout_ref.rollout.n_gpus_per_node``, the recipes' ``ROLLOUT_GPUS_PER_NODE``) and a checkpoint engine that reaches the rollout's own
   devices (``nccl``, or ``local`` on CPU); ``naive`` cannot.
@@ -199,6 +204,36 @@ def _model_config(config) -> dict:
 def _named_model(config) -> str | None:
     """``dfpo.model``: the model's name in dfpo/memory_plan.py's table (the recipes set it)."""
     return config.dfpo.get("model") if "dfpo" in config else None
+
+
+def check_response_format(config) -> None:
+    """The reward's ``response_format`` is the one the model's tokenizer and chat template produce
+    (``reward.response_format.template_response_format``): a thinking template read as ``plain``
+    credits answers tried in the thinking, and ``plain`` responses read as thinking all score 0 as
+    unfinished. Checked where the model is a local checkpoint and the reward is ``reward/score.py``."""
+    reward_fn = config.get("reward", {}).get("custom_reward_function", {})
+    if not str(reward_fn.get("path") or "").endswith(str(Path("reward", "score.py"))):
+        return
+    model_dir = Path(_absolute(str(config.actor_rollout_ref.model.path)))
+    if not (model_dir / "tokenizer_config.json").is_file():
+        return  # not a local checkpoint (yet): verl reports it
+    from transformers import AutoTokenizer
+
+    from reward.response_format import PLAIN, template_response_format
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    if not getattr(tokenizer, "chat_template", None):
+        return  # no chat template: verl's data loader reports it
+    template_kwargs = dict(config.data.get("apply_chat_template_kwargs") or {})
+    produced = template_response_format(tokenizer, template_kwargs)
+    configured = (reward_fn.get("reward_kwargs") or {}).get("response_format", PLAIN)
+    if produced != configured:
+        raise PreflightError(
+            f"reward.custom_reward_function.reward_kwargs.response_format={configured!r}, but {model_dir}'s chat "
+            f"template with data.apply_chat_template_kwargs={template_kwargs} produces {produced!r} responses "
+            f"(docs/rewards.md, 'Thinking models'): set response_format={produced!r}, or the template switch "
+            "(e.g. enable_thinking) that matches the recipe"
+        )
 
 
 def check_attention_sinks_with_ulysses(config) -> None:
@@ -456,6 +491,7 @@ def preflight(config, say=print, environ: dict[str, str] | None = None, files: b
     check_batch_sizes(config)
     if files:
         check_input_files(config)
+        check_response_format(config)
     check_separate_async_rollout(config)
     check_separate_async_engine(config)
     check_attention_sinks_with_ulysses(config)

