@@ -9,8 +9,9 @@ measure its own work, never its neighbours'.  ``REWARD_SANDBOX_MAX_RUNS`` (or th
 The slots are **host-wide**: slot ``k`` is an exclusive ``flock`` on ``<lock dir>/slot-<k>``, so
 verl's several reward processes on one node share the cores instead of each taking all of them.
 Processes configured differently share the low-numbered slots (the host runs at most the largest
-setting at once).  Within a process, callers are served first come, first served; while every slot
-is taken by other processes, the caller first in line polls for one every 10 ms.
+setting at once).  Within a process, callers are served first come, first served; the first in
+line of each process looks for a free slot every 5 ms, and a slot a process frees is not handed
+to its own next caller directly, so that no process keeps the slots while others wait.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from reward.sandbox.base import MAX_CONCURRENT_RUNS
 
 MAX_RUNS_ENV = "REWARD_SANDBOX_MAX_RUNS"
 SLOT_LOCK_DIR = "/run/reward-sandbox-slots"
-POLL_S = 0.01
-"""How often the first caller in line looks for a slot another process released."""
+POLL_S = 0.005
+"""How often the first caller in line of a process looks for a free slot (host-wide slots)."""
 
 
 def _cgroup_quota_cores(root: str = "/sys/fs/cgroup", proc_cgroup: str = "/proc/self/cgroup") -> float | None:
@@ -157,11 +158,16 @@ class RunSlots:
             try:
                 while True:
                     poll = None
-                    if self._line[0] is ticket and len(self._held) < self._capacity:
-                        slot = self._lock_free_slot()
-                        if slot is not None:
-                            return slot
-                        poll = POLL_S  # every free slot of ours is held by another process
+                    if self._line[0] is ticket:
+                        if len(self._held) < self._capacity:
+                            slot = self._lock_free_slot()
+                            if slot is not None:
+                                return slot
+                        if self._lock_dir is not None:
+                            # host-wide: look again shortly, never woken by a release here, so
+                            # this process does not take back every slot it frees before the
+                            # first in line of another process gets a look at it
+                            poll = POLL_S
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
                         return None
@@ -177,7 +183,8 @@ class RunSlots:
             if fd is not None:
                 fcntl.flock(fd, fcntl.LOCK_UN)  # explicitly: a forked child may hold a copy of fd
                 os.close(fd)
-            self._condition.notify_all()
+            else:
+                self._condition.notify_all()  # host-wide slots are found by polling (acquire)
 
     def _lock_free_slot(self) -> int | None:
         """Take the lowest slot below capacity that neither this process nor another holds (the

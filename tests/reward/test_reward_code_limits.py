@@ -181,3 +181,32 @@ def test_a_call_that_gets_no_slot_in_time_is_a_flagged_sandbox_error(tmp_path):
     finally:
         sandbox.close()
     assert_no_stray_processes()
+
+
+def test_a_process_with_a_backlog_does_not_keep_the_slots_from_another(tmp_path):
+    """Process A frees its only slot 15 times for a line of its own callers; process B's caller,
+    waiting from the start, gets the slot before A's line is through (B wins about every second
+    hand-over; handing A's slot straight to A's next caller, B would wait for all of them)."""
+    first, second = RunSlots(1, str(tmp_path)), RunSlots(1, str(tmp_path))
+    taken: list[str] = []
+
+    def use(slots: RunSlots, name: str) -> None:
+        slot = slots.acquire(time.monotonic() + 30)
+        taken.append(name)
+        time.sleep(0.02)
+        slots.release(slot)
+
+    held = first.acquire()
+    threads = [threading.Thread(target=use, args=(first, "A")) for _ in range(15)]
+    for k, thread in enumerate(threads):
+        thread.start()
+        while len(first._line) < k + 1:
+            time.sleep(0.001)
+    other = threading.Thread(target=use, args=(second, "B"))
+    other.start()
+    while len(second._line) < 1:
+        time.sleep(0.001)
+    first.release(held)
+    for thread in threads + [other]:
+        thread.join(timeout=30)
+    assert len(taken) == 16 and taken.index("B") < 15, taken
