@@ -11,7 +11,7 @@ installed torch, verl's vLLM module importing); the GPUs, the CUDA build of torc
 driver it needs; the attention kernels the recipes use (flash-attn for Qwen3, ``kernels`` for
 GPT-OSS's sink attention, causal-conv1d and flash-linear-attention for Qwen3-Next); on the CPU
 stack instead, that dfpo's CPU backend fits the installed verl and the memory a CPU run with one
-vLLM engine needs; the code-reward sandbox; and the paths a run reads and writes
+vLLM engine needs; the code-reward sandbox (strong on the GPU stack, or ``REWARD_SANDBOX_ALLOW_WEAK=1``); and the paths a run reads and writes
 (``MODEL_PATH``, ``DATA_DIR``, ``OUTPUT_ROOT``): present, and on shared storage when ``NNODES`` > 1
 (checkpoint shards are written per rank and resume needs them all at one path).
 Prints one line per check; exits 1 when a check fails, 0 otherwise (warnings do not fail).
@@ -307,18 +307,26 @@ def check_attention_kernels(version: Callable[[str], str | None] = installed_ver
     return checks
 
 
-def check_sandbox() -> Check:
-    try:
-        from reward.sandbox import SandboxUnavailable, isolation
+def check_sandbox(stack: str = "gpu", environ: dict[str, str] | None = None, report=None) -> Check:
+    """The code-reward sandbox of this node. On the GPU stack a weak level (rlimits; unshare without
+    root) fails, as a GPU launch would stop on it (docs/rewards.md, "Sandbox isolation"), unless
+    ``REWARD_SANDBOX_ALLOW_WEAK=1`` (a warning then); on the CPU stack it is a warning."""
+    from reward.sandbox import SandboxUnavailable, isolation
+    from reward.sandbox.detect import ALLOW_WEAK_ENV, FIX, weak_allowed
 
-        report = isolation()
+    install = "bash scripts/install_system_deps.sh (bubblewrap, util-linux)"
+    try:
+        report = report or isolation()
     except SandboxUnavailable as error:
-        return Check("code-reward sandbox", FAIL, str(error), "bash scripts/install_system_deps.sh (bubblewrap, util-linux)")
-    if report.level != "bwrap":
+        return Check("code-reward sandbox", FAIL, str(error), install)
+    if report.strong:
+        return Check("code-reward sandbox", OK, f"level {report.level} (strong)")
+    detail = f"level {report.level} is weak: {'; '.join(report.weaknesses)}"
+    if stack == "gpu" and not weak_allowed(environ):
         return Check(
-            "code-reward sandbox", WARN, f"level {report.level} (bwrap unavailable)", "bash scripts/install_system_deps.sh, then python -m reward.sandbox --check"
+            "code-reward sandbox", FAIL, f"{detail}; a GPU launch that scores code stops on this node", f"{FIX}; or export {ALLOW_WEAK_ENV}=1 to run code weakly"
         )
-    return Check("code-reward sandbox", OK, f"level {report.level}")
+    return Check("code-reward sandbox", WARN, detail + (f" ({ALLOW_WEAK_ENV}=1)" if stack == "gpu" else ""), f"{install}, then python -m reward.sandbox --check")
 
 
 def filesystem_type(path: str, mounts_text: str | None = None) -> str | None:
@@ -414,7 +422,7 @@ def run_checks(stack: str, env: dict[str, str]) -> list[Check]:
         checks.append(check_cpu_backend())
         checks.append(check_cpu_memory())
         checks.append(check_cpu_precision())
-    checks.append(check_sandbox())
+    checks.append(check_sandbox(stack, env))
     checks += check_paths(env)
     return checks
 

@@ -161,3 +161,13 @@ def test_a_gpu_launch_on_a_node_without_the_strong_sandbox_stops_before_training
     assert f"dfpo preflight: node {HOST}: the code-reward sandbox cannot isolate untrusted code here: only the weak level rlimits" in done.stderr
     assert "bash scripts/install_system_deps.sh" in done.stderr and "REWARD_SANDBOX_ALLOW_WEAK=1" in done.stderr
     assert "dfpo dry run" not in done.stdout and "Started a local Ray instance" not in done.stdout + done.stderr
+
+
+def test_doctor_fails_a_gpu_node_with_a_weak_sandbox_unless_opted_in():
+    from dfpo.doctor import FAIL, OK, WARN, check_sandbox
+
+    refused = check_sandbox("gpu", {}, WEAK)
+    assert refused.status == FAIL and "install_system_deps.sh" in refused.fix and "REWARD_SANDBOX_ALLOW_WEAK=1" in refused.fix
+    assert check_sandbox("gpu", {"REWARD_SANDBOX_ALLOW_WEAK": "1"}, WEAK).status == WARN
+    assert check_sandbox("cpu", {}, WEAK).status == WARN  # the CPU stack: CI and laptops, as before
+    assert check_sandbox("gpu", {}, STRONG).status == OK
