@@ -36,6 +36,13 @@ of the host with ``flock``, so ``RLIMIT_NPROC`` is enforced per run and a run ca
 or read anything of another.  ``REWARD_SANDBOX_ISOLATION``
 forces a level (an error if it does not work here).
 
+Strong and weak: ``bwrap``, and ``unshare`` as root (a dedicated uid), are strong (no network,
+the launching user's files neither readable nor writable); ``rlimits``, and ``unshare`` without
+root (your own user), are weak (:func:`~reward.sandbox.detect.is_strong`).  A GPU launch sets
+``REWARD_SANDBOX_REQUIRE_STRONG=1``; there :func:`default_sandbox` refuses a weak level, naming the
+node and the fix, unless ``REWARD_SANDBOX_ALLOW_WEAK=1`` (said once per process);
+``python -m reward.sandbox --check --require-strong`` is the node set-up's check.
+
 The parts, one job each: :mod:`~reward.sandbox.detect` (probing the levels, the report),
 :mod:`~reward.sandbox.uids` (leasing uids), :mod:`~reward.sandbox.commands` (each level's command),
 :mod:`~reward.sandbox.runner` (one run, :class:`Sandbox`), :mod:`~reward.sandbox.spares` (the
