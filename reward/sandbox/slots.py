@@ -9,9 +9,10 @@ measure its own work, never its neighbours'.  ``REWARD_SANDBOX_MAX_RUNS`` (or th
 The slots are **host-wide**: slot ``k`` is an exclusive ``flock`` on ``<lock dir>/slot-<k>``, so
 verl's several reward processes on one node share the cores instead of each taking all of them.
 Processes configured differently share the low-numbered slots (the host runs at most the largest
-setting at once).  Within a process, callers are served first come, first served; the first in
-line of each process looks for a free slot every 5 ms, and a slot a process frees is not handed
-to its own next caller directly, so that no process keeps the slots while others wait.
+setting at once).  Within a process, callers are served first come, first served; while other
+processes hold the slots, the first in line looks for a free one every 5 ms, and a process that
+frees a slot while another waits leaves it to that one (:class:`RunSlots`), so no process keeps
+the slots while others wait.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ from reward.sandbox.base import MAX_CONCURRENT_RUNS
 MAX_RUNS_ENV = "REWARD_SANDBOX_MAX_RUNS"
 SLOT_LOCK_DIR = "/run/reward-sandbox-slots"
 POLL_S = 0.005
-"""How often the first caller in line of a process looks for a free slot (host-wide slots)."""
+"""How often the first caller in line of a process looks for a slot other processes hold."""
+HOLD_OFF_S = 0.02
+"""How long a process that frees a slot while another process waits takes none (4 x POLL_S)."""
 
 
 def _cgroup_quota_cores(root: str = "/sys/fs/cgroup", proc_cgroup: str = "/proc/self/cgroup") -> float | None:
@@ -118,23 +121,35 @@ def slot_lock_dir() -> str | None:
 
 class RunSlots:
     """``capacity`` run slots shared by every process using ``lock_dir`` (this process only when it
-    is None); thread-safe, first come first served within the process."""
+    is None); thread-safe, first come first served within the process.
+
+    Between processes: the first in line of a process that finds every slot it may use taken by
+    other processes holds a lock on its own ``waiting-*`` file in ``lock_dir`` and looks again
+    every :data:`POLL_S`.  A process that frees a slot while another process is waiting so does
+    not take a slot again for :data:`HOLD_OFF_S`, long enough for the waiting one to find it;
+    otherwise its own next caller takes it at once.  So a process with a backlog cannot keep the
+    slots from another one.
+    """
 
     def __init__(self, capacity: int, lock_dir: str | None) -> None:
         self._capacity = check_max_runs(capacity, "the number of concurrent sandbox runs")
         self._lock_dir = lock_dir
         self._held: dict[int, int | None] = {}
         """Slot index -> the descriptor holding its host-wide lock (None without a lock dir)."""
+        self._waiting_fd: int | None = None
         self._forget()
         os.register_at_fork(after_in_child=self._forget)
 
     def _forget(self) -> None:
         """Start empty; in a forked child, the slots held belong to the parent (the child's copies
         of their descriptors are closed, which leaves the parent's locks as they are)."""
-        for fd in self._held.values():
+        for fd in [*self._held.values(), self._waiting_fd]:
             if fd is not None:
                 os.close(fd)
         self._held = {}
+        self._waiting_fd = None
+        self._waiting_name = f"waiting-{os.getpid()}-{id(self)}"
+        self._hold_off_until = 0.0
         self._condition = threading.Condition()
         self._line: collections.deque = collections.deque()
 
@@ -158,23 +173,24 @@ class RunSlots:
             try:
                 while True:
                     poll = None
+                    now = time.monotonic()
                     if self._line[0] is ticket:
-                        if len(self._held) < self._capacity:
+                        if now < self._hold_off_until:
+                            poll = self._hold_off_until - now  # another process's turn
+                        elif len(self._held) < self._capacity:
                             slot = self._lock_free_slot()
                             if slot is not None:
                                 return slot
-                        if self._lock_dir is not None:
-                            # host-wide: look again shortly, never woken by a release here, so
-                            # this process does not take back every slot it frees before the
-                            # first in line of another process gets a look at it
+                            self._mark_waiting()  # other processes hold the slots: look again soon
                             poll = POLL_S
-                    remaining = None if deadline is None else deadline - time.monotonic()
+                    remaining = None if deadline is None else deadline - now
                     if remaining is not None and remaining <= 0:
                         return None
                     waits = [w for w in (poll, remaining) if w is not None]
                     self._condition.wait(min(waits) if waits else None)
             finally:
                 self._line.remove(ticket)
+                self._unmark_waiting()  # the next in line marks itself again if it must wait
                 self._condition.notify_all()  # the next in line may go (or look) now
 
     def release(self, slot: int) -> None:
@@ -183,8 +199,9 @@ class RunSlots:
             if fd is not None:
                 fcntl.flock(fd, fcntl.LOCK_UN)  # explicitly: a forked child may hold a copy of fd
                 os.close(fd)
-            else:
-                self._condition.notify_all()  # host-wide slots are found by polling (acquire)
+                if self._others_waiting():
+                    self._hold_off_until = time.monotonic() + HOLD_OFF_S
+            self._condition.notify_all()
 
     def _lock_free_slot(self) -> int | None:
         """Take the lowest slot below capacity that neither this process nor another holds (the
@@ -205,3 +222,49 @@ class RunSlots:
             self._held[slot] = fd
             return slot
         return None
+
+    def _mark_waiting(self) -> None:
+        """Lock this process's ``waiting-*`` file, so that processes freeing slots let it have one."""
+        if self._lock_dir is None or self._waiting_fd is not None:
+            return
+        path = os.path.join(self._lock_dir, self._waiting_name)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # another process probing it this instant: next time
+            os.close(fd)
+            return
+        self._waiting_fd = fd
+
+    def _unmark_waiting(self) -> None:
+        if self._waiting_fd is None:
+            return
+        try:
+            os.unlink(os.path.join(self._lock_dir, self._waiting_name))
+        except OSError:
+            pass
+        fcntl.flock(self._waiting_fd, fcntl.LOCK_UN)
+        os.close(self._waiting_fd)
+        self._waiting_fd = None
+
+    def _others_waiting(self) -> bool:
+        """Whether another process (or another set of slots here) waits for a slot now: holds the
+        lock of its ``waiting-*`` file (a file left by a process that died is not locked)."""
+        try:
+            names = [entry.name for entry in os.scandir(self._lock_dir) if entry.name.startswith("waiting-")]
+        except OSError:
+            return False
+        for name in names:
+            if name == self._waiting_name:
+                continue
+            try:
+                fd = os.open(os.path.join(self._lock_dir, name), os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            finally:
+                os.close(fd)
+        return False

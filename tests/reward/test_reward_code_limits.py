@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -184,29 +186,44 @@ def test_a_call_that_gets_no_slot_in_time_is_a_flagged_sandbox_error(tmp_path):
 
 
 def test_a_process_with_a_backlog_does_not_keep_the_slots_from_another(tmp_path):
-    """Process A frees its only slot 15 times for a line of its own callers; process B's caller,
-    waiting from the start, gets the slot before A's line is through (B wins about every second
-    hand-over; handing A's slot straight to A's next caller, B would wait for all of them)."""
-    first, second = RunSlots(1, str(tmp_path)), RunSlots(1, str(tmp_path))
-    taken: list[str] = []
+    """Process A frees its only slot for a line of 15 callers of its own; process B's caller, in
+    line from the start, gets the slot at the first hand-over (A leaves it to the waiting B;
+    handing it straight to its own next caller, A would keep it until its line is through)."""
+    b_program = (
+        "import sys, time\nfrom reward.sandbox.slots import RunSlots\n"
+        "slots = RunSlots(1, sys.argv[1])\nprint('ready', flush=True)\n"
+        "slot = slots.acquire(time.monotonic() + 30)\nprint(time.monotonic(), flush=True)\nslots.release(slot)\n"
+    )
+    first = RunSlots(1, str(tmp_path))
+    taken_at: list[float] = []
 
-    def use(slots: RunSlots, name: str) -> None:
-        slot = slots.acquire(time.monotonic() + 30)
-        taken.append(name)
-        time.sleep(0.02)
-        slots.release(slot)
+    def use() -> None:
+        slot = first.acquire(time.monotonic() + 30)
+        taken_at.append(time.monotonic())
+        time.sleep(random.uniform(0.01, 0.03))
+        first.release(slot)
 
     held = first.acquire()
-    threads = [threading.Thread(target=use, args=(first, "A")) for _ in range(15)]
+    threads = [threading.Thread(target=use) for _ in range(15)]
     for k, thread in enumerate(threads):
         thread.start()
         while len(first._line) < k + 1:
             time.sleep(0.001)
-    other = threading.Thread(target=use, args=(second, "B"))
-    other.start()
-    while len(second._line) < 1:
-        time.sleep(0.001)
-    first.release(held)
-    for thread in threads + [other]:
-        thread.join(timeout=30)
-    assert len(taken) == 16 and taken.index("B") < 15, taken
+    other = subprocess.Popen(
+        [sys.executable, "-c", b_program, str(tmp_path)], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2]
+    )
+    try:
+        assert other.stdout.readline() == "ready\n"
+        deadline = time.monotonic() + 10
+        while not any(name.startswith("waiting-") for name in os.listdir(tmp_path)) and time.monotonic() < deadline:
+            time.sleep(0.001)  # B found the slot taken and is waiting
+        first.release(held)
+        b_took_it_at = float(other.stdout.readline())
+    finally:
+        other.wait(timeout=30)
+        for thread in threads:
+            thread.join(timeout=30)
+    before_b = sum(1 for at in taken_at if at < b_took_it_at)
+    # B looks every 5 ms and A holds off 20 ms: B takes the first hand-over unless it was kept off
+    # the CPU that long, so this allows a few (without the hold-off, A's 15 callers all go first)
+    assert len(taken_at) == 15 and before_b <= 3, (before_b, "of A's callers took the slot before B's")
