@@ -99,6 +99,13 @@ ALLOW_WEAK_ENV = "REWARD_SANDBOX_ALLOW_WEAK"
 _TRUE = ("1", "true", "yes", "on")
 
 
+class WeakSandboxRefused(SandboxUnavailable, ValueError):
+    """A GPU launch's node has only a weak level and did not opt in. Also a ``ValueError``: the
+    reward's guard re-raises input errors (``reward.guard.INPUT_ERRORS``: "to be fixed, not
+    scored"), so a reward worker on such a node stops the run instead of scoring every code
+    response 0."""
+
+
 def is_strong(level: str, dedicated_uids: bool) -> bool:
     """``bwrap`` at any uid (the program sees an empty root with read-only ``/usr`` and its
     interpreter, a private ``/tmp`` and its own directory; no network), or ``unshare`` under a
@@ -168,14 +175,14 @@ def require_strong(report: IsolationReport, environ: Mapping[str, str] | None = 
     (:func:`weak_allowed`), which is said once per process through ``say`` (default: stderr).
 
     Raises:
-        SandboxUnavailable: naming this node, the fix and the opt-in.
+        WeakSandboxRefused: naming this node, the fix and the opt-in.
     """
     global _warned
     environ = os.environ if environ is None else environ
     if report.strong or not strong_required(environ):
         return
     if not weak_allowed(environ):
-        raise SandboxUnavailable(weak_refusal(report))
+        raise WeakSandboxRefused(weak_refusal(report))
     if not _warned:
         _warned = True
         (say or (lambda text: print(text, file=sys.stderr, flush=True)))(weak_warning(report))

@@ -104,3 +104,20 @@ def test_every_refused_node_is_named(monkeypatch):
         refuse_weak_nodes([here, fine, {**here, "host": "gpu-c"}])
     monkeypatch.setenv("REWARD_SANDBOX_ALLOW_WEAK", "1")
     assert node_check()["refusal"] is None
+
+
+def test_a_reward_worker_on_a_weak_node_stops_the_run_instead_of_scoring_code_0(monkeypatch):
+    """The refusal passes the reward's guard (an input error: to be fixed, not scored), so a reward
+    worker that meets a weak node the launch checks missed fails the step, loudly."""
+    import json
+
+    from reward.score import compute_score
+
+    problem = json.dumps({"tests": [{"input": "1 2\n", "output": "3\n", "testtype": "stdin"}], "fn_name": None})
+    program = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
+    monkeypatch.setattr(detect, "_selected", object())
+    monkeypatch.setattr(detect, "_report", WEAK)
+    monkeypatch.setenv("REWARD_SANDBOX_REQUIRE_STRONG", "1")
+    monkeypatch.delenv("REWARD_SANDBOX_ALLOW_WEAK", raising=False)
+    with pytest.raises(detect.WeakSandboxRefused, match=f"node {HOST}:"):
+        compute_score("livecodebench", program, problem, code_test_timeout_s=5)
