@@ -171,3 +171,12 @@ def test_doctor_fails_a_gpu_node_with_a_weak_sandbox_unless_opted_in():
     assert check_sandbox("gpu", {"REWARD_SANDBOX_ALLOW_WEAK": "1"}, WEAK).status == WARN
     assert check_sandbox("cpu", {}, WEAK).status == WARN  # the CPU stack: CI and laptops, as before
     assert check_sandbox("gpu", {}, STRONG).status == OK
+
+
+def test_the_task_runner_checks_every_node_before_verl_starts_any_worker(monkeypatch):
+    calls = []
+    monkeypatch.setattr(dfpo_main, "check_sandbox_on_every_node", lambda: calls.append("sandbox on every node"))
+    monkeypatch.setattr(dfpo_main._TaskRunnerV1, "run", lambda self, config: calls.append("verl's TaskRunner.run"))
+    runner = dfpo_main.DFPOTaskRunner.__new__(dfpo_main.DFPOTaskRunner)
+    dfpo_main.DFPOTaskRunner.run(runner, config=None)
+    assert calls == ["sandbox on every node", "verl's TaskRunner.run"]
