@@ -147,8 +147,13 @@ def weak_refusal(report: IsolationReport | None, why: str = "", host: str | None
     return (
         f"node {host}: the code-reward sandbox cannot isolate untrusted code here: {has}"
         + (f" [not available: {rejected}]" if rejected else "")
-        + f". Model-written code would reach the network and the host's files (running as your user, without root: "
-        f"everything you can read and write, Ray's token and shared storage included). Fix: {FIX}."
+        + (
+            ". Model-written code would run as your user, reading and writing everything you can (Ray's token, shared storage, this repository's reward code)"
+            if report and report.level == "unshare"
+            else ". Model-written code would reach the network and the host's files (running as your user, without root: "
+            "everything you can read and write, Ray's token and shared storage included)"
+        )
+        + f". Fix: {FIX}."
         + (
             f" Or opt in to the weak level explicitly, on every node and the driver: export {ALLOW_WEAK_ENV}=1"
             " (a math-only run, whose data has no code source, never runs the sandbox)"
