@@ -139,7 +139,8 @@ LAUNCH_VARIABLES = ("DRY_RUN", "PYTHON", "RAY_DEDUP_LOGS", "ALLOW_LOCAL_CHECKPOI
 JOB_ENVIRONMENT = (
     "HF_HOME", "HF_HUB_OFFLINE", "DFPO_NODE_WATCH_S", "DFPO_PREEMPT_GRACE_S",
     "GPU_MEMORY_GB",  # the memory plan's GPU size (dfpo/preflight.py)
-    "REWARD_SANDBOX_ISOLATION", "REWARD_SANDBOX_UID_BASE",  # the code reward's sandbox (reward/sandbox)
+    # the code reward's sandbox (reward/sandbox): its level, uids, and the opt-in to a weak level
+    "REWARD_SANDBOX_ISOLATION", "REWARD_SANDBOX_UID_BASE", "REWARD_SANDBOX_ALLOW_WEAK",
 )
 
 BY_NAME = {knob.name: knob for knob in KNOBS}

@@ -101,7 +101,7 @@ def test_ray_job_submit_forwards_every_knob_the_recipes_read(tmp_path):
     _stand_in(tmp_path, "ray", 'printf "%s\\n" "$@" > "$FAKE_RAY_ARGS"\n')
     _token(tmp_path)
     exported = {name: f"value-of-{name}" for name in [*names(), *JOB_ENVIRONMENT, PERIOD_ENV, GRACE_ENV]}
-    assert {"GPU_MEMORY_GB", "REWARD_SANDBOX_ISOLATION", "REWARD_SANDBOX_UID_BASE"} <= set(exported)
+    assert {"GPU_MEMORY_GB", "REWARD_SANDBOX_ISOLATION", "REWARD_SANDBOX_UID_BASE", "REWARD_SANDBOX_ALLOW_WEAK"} <= set(exported)
     env = {**exported, "PATH": f"{tmp_path}:/usr/bin:/bin", "HOME": str(tmp_path), "RAY_ADDRESS": "http://head:8265", "FAKE_RAY_ARGS": str(tmp_path / "args")}
     env.pop("PYTHON")
     result = subprocess.run(["bash", str(LAUNCH / "ray_job_submit.sh"), f"recipes/{SCRIPT}"], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
