@@ -86,19 +86,22 @@ def code_limits(options: RewardOptions) -> CodeLimits:
         problem_budget_s=options.code_problem_budget_s,
         memory_mb=options.code_memory_mb,
         output_mb=options.code_output_mb,
+        concurrency=options.code_concurrency,
+        queue_timeout_s=options.code_queue_timeout_s,
     )
 
 
 def call_deadline_s(kind: str, ground_truth, options: RewardOptions) -> float:
     """The whole-call bound of :mod:`reward.guard`: ``call_timeout_s`` when given, else the
     scorer's own limit for this response plus :data:`GUARD_MARGIN_S` — the math check's limit, or
-    the problem's whole-run limit (which grows with its number of tests), so the guard never cuts
-    a run its scorer would still finish."""
+    the longest a code call takes (its wait for a sandbox slot, the run's wall-clock backstop, which
+    grows with the number of tests, and the teardown: ``CodeLimits.call_bound_s``), so the guard never
+    cuts a run its scorer would still finish."""
     if options.call_timeout_s is not None:
         return options.call_timeout_s
     if kind == "math":
         return options.math_timeout_s + GUARD_MARGIN_S
-    return code_limits(options).run_budget_s(len(parse_ground_truth(ground_truth).tests)) + GUARD_MARGIN_S
+    return code_limits(options).call_bound_s(len(parse_ground_truth(ground_truth).tests)) + GUARD_MARGIN_S
 
 
 def score_response(kind: str, solution_str: str, ground_truth, options: RewardOptions) -> outcome.Verdict:

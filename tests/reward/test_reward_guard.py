@@ -9,6 +9,7 @@ import time
 import pytest
 
 import reward.score as score
+from reward import code_tests
 from reward.guard import ScoringDeadlineExceeded, call_with_deadline
 
 
@@ -67,6 +68,12 @@ def test_the_default_bound_follows_the_scorers_own_limit_so_long_code_runs_are_n
     many_tests = json.dumps(
         {"fn_name": None, "tests": [{"input": "1\n", "output": "1\n", "testtype": "stdin"}] * 120}
     )
-    # LiveCodeBench's whole-run limit for 120 tests at 6 s: (6 + 1) * 120 + 5 = 845 s
-    assert score.call_deadline_s("code", many_tests, options) == 845.0 + score.GUARD_MARGIN_S
+    # LiveCodeBench's whole-run limit for 120 tests at 6 s: (6 + 1) * 120 + 5 = 845 CPU seconds, backed
+    # by 3 x 845 s of wall-clock time from the run's slot; before it, up to 600 s of waiting for the slot,
+    # after it the teardown
+    bound = 600.0 + 3 * 845.0 + code_tests.TEARDOWN_S
+    assert score.call_deadline_s("code", many_tests, options) == bound + score.GUARD_MARGIN_S
+    queue_of_60 = RewardOptions(code_queue_timeout_s=60)
+    assert score.call_deadline_s("code", many_tests, queue_of_60) == bound - 540.0 + score.GUARD_MARGIN_S
+    assert score.code_limits(RewardOptions(code_concurrency=3)).concurrency == 3  # the option reaches the sandbox
     assert score.call_deadline_s("code", many_tests, RewardOptions(call_timeout_s=30)) == 30
