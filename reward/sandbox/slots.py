@@ -31,8 +31,9 @@ MAX_RUNS_ENV = "REWARD_SANDBOX_MAX_RUNS"
 SLOT_LOCK_DIR = "/run/reward-sandbox-slots"
 POLL_S = 0.005
 """How often the first caller in line of a process looks for a slot other processes hold."""
-HOLD_OFF_S = 0.02
-"""How long a process that frees a slot while another process waits takes none (4 x POLL_S)."""
+HOLD_OFF_S = 0.05
+"""How long a process that frees a slot while another process waits takes none (10 x POLL_S):
+the waiting one finds it within POLL_S unless kept off the CPU."""
 
 
 def _cgroup_quota_cores(root: str = "/sys/fs/cgroup", proc_cgroup: str = "/proc/self/cgroup") -> float | None:
