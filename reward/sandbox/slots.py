@@ -52,8 +52,10 @@ def _cgroup_quota_cores(root: str = "/sys/fs/cgroup", proc_cgroup: str = "/proc/
         elif "cpu" in controllers.split(","):
             for mount in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
                 base = os.path.join(root, mount)
-                candidates += [(os.path.join(base, path, "cpu.cfs_quota_us"), os.path.join(base, path, "cpu.cfs_period_us"))]
-                candidates += [(os.path.join(base, "cpu.cfs_quota_us"), os.path.join(base, "cpu.cfs_period_us"))]
+                for directory in (os.path.join(base, path), base):
+                    candidates.append(
+                        (os.path.join(directory, "cpu.cfs_quota_us"), os.path.join(directory, "cpu.cfs_period_us"))
+                    )
     for quota_path, period_path in candidates:
         try:
             with open(quota_path) as handle:
@@ -126,10 +128,10 @@ class RunSlots:
 
     Between processes: the first in line of a process that finds every slot it may use taken by
     other processes holds a lock on its own ``waiting-*`` file in ``lock_dir`` and looks again
-    every :data:`POLL_S`.  A process that frees a slot while another process is waiting so does
-    not take a slot again for :data:`HOLD_OFF_S`, long enough for the waiting one to find it;
-    otherwise its own next caller takes it at once.  So a process with a backlog cannot keep the
-    slots from another one.
+    every :data:`POLL_S`.  A process that frees a slot while another process is waiting so takes
+    no slot until that slot is taken again (at most :data:`HOLD_OFF_S`), so the waiting one gets
+    it; otherwise its own next caller takes it at once.  So processes with backlogs take turns,
+    and none keeps the slots from another.
     """
 
     def __init__(self, capacity: int, lock_dir: str | None) -> None:
@@ -151,6 +153,7 @@ class RunSlots:
         self._waiting_fd = None
         self._waiting_name = f"waiting-{os.getpid()}-{id(self)}"
         self._hold_off_until = 0.0
+        self._freed_slot = 0
         self._condition = threading.Condition()
         self._line: collections.deque = collections.deque()
 
@@ -176,8 +179,9 @@ class RunSlots:
                     poll = None
                     now = time.monotonic()
                     if self._line[0] is ticket:
-                        if now < self._hold_off_until:
-                            poll = self._hold_off_until - now  # another process's turn
+                        if now < self._hold_off_until and not self._freed_slot_taken():
+                            self._mark_waiting()  # another process's turn; ours next
+                            poll = min(POLL_S, self._hold_off_until - now)
                         elif len(self._held) < self._capacity:
                             slot = self._lock_free_slot()
                             if slot is not None:
@@ -201,7 +205,7 @@ class RunSlots:
                 fcntl.flock(fd, fcntl.LOCK_UN)  # explicitly: a forked child may hold a copy of fd
                 os.close(fd)
                 if self._others_waiting():
-                    self._hold_off_until = time.monotonic() + HOLD_OFF_S
+                    self._hold_off_until, self._freed_slot = time.monotonic() + HOLD_OFF_S, slot
             self._condition.notify_all()
 
     def _lock_free_slot(self) -> int | None:
@@ -223,6 +227,20 @@ class RunSlots:
             self._held[slot] = fd
             return slot
         return None
+
+    def _freed_slot_taken(self) -> bool:
+        """Whether the slot this process freed last is locked again (by the process it left it to):
+        then the hold-off is over."""
+        path = os.path.join(self._lock_dir, f"slot-{self._freed_slot}")
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._hold_off_until = 0.0
+            return True
+        finally:
+            os.close(fd)
+        return False
 
     def _mark_waiting(self) -> None:
         """Lock this process's ``waiting-*`` file, so that processes freeing slots let it have one."""
