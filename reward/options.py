@@ -56,8 +56,9 @@ class RewardOptions:
         sandbox_fusion_concurrency: parallel requests per problem to SandboxFusion.
         call_timeout_s: whole-call bound of one ``compute_score`` call (:mod:`reward.guard`), a
             last line of defence; past it the response scores 0 with reason ``timeout`` and
-            ``scorer_failed`` = 1. Default ``None``: the scorer's own limit for the response (the
-            math check's, or the code problem's whole-run limit) plus 60 s.
+            ``scorer_failed`` = 1. Default ``None``: the longest the scorer itself takes for the
+            response plus 60 s (the math check's limit; for code, the wait for a sandbox slot, the
+            run's wall-clock backstop and its teardown: ``CodeLimits.call_bound_s``).
     """
 
     response_format: str = PLAIN

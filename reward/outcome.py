@@ -52,7 +52,9 @@ class Verdict:
     pass_fraction: float
     credit: float
     guarded_failure: bool = False
-    """True when :mod:`reward.guard` replaced a call that raised or ran past its whole-call limit."""
+    """True when the scorer gave no verdict on the response: :mod:`reward.guard` replaced a call that
+    raised or ran past its whole-call limit, or a code call got no sandbox slot in time
+    (``code_queue_timeout_s``). Reported as ``scorer_failed``."""
 
     def __post_init__(self) -> None:
         if self.reason not in REASONS:

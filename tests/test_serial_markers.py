@@ -18,7 +18,7 @@ from tests.e2e.recipe_runs import REPO_ROOT
 # train through verl's trainer or time a limit outside tests/e2e, marked by hand or by fixture
 SERIAL_ELSEWHERE = (
     "tests/recipes/test_gpu_smoke.py::test_gpu_smoke_cpu_mode_runs_every_stage_for_real",
-    "tests/reward/test_reward_load.py::test_code_limit_counts_waiting_for_a_sandbox_slot",
+    "tests/reward/test_reward_load.py::test_code_verdicts_do_not_depend_on_load",
     "tests/cpu/test_cpu_precision.py::test_the_probes_verdict_predicts_which_dtype_trains_faster_here",
 )
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 from verl.experimental.reward_loop.reward_manager.registry import REWARD_MANAGER
+from verl.trainer.ppo.reward import resolve_reward_manager_cls
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import omega_conf_to_dataclass, validate_config
 from verl.utils.import_utils import load_extern_object
@@ -146,7 +147,15 @@ def test_recipe_wires_the_projects_reward_through_verl_0_9_1_keys(script):
     )
     assert callable(scorer) and reward.custom_reward_function.name == "compute_score"
     RewardOptions.from_kwargs(OmegaConf.to_container(reward.custom_reward_function.reward_kwargs))
-    assert reward.reward_manager.source == "register" and reward.reward_manager.name in REWARD_MANAGER
+    # verl resolves the manager the recipe names: its registered naive one, or (thinking models) that one
+    # plus the cut-off flag, loaded by file path (verl.trainer.ppo.reward.resolve_reward_manager_cls)
+    manager = resolve_reward_manager_cls(cfg)
+    if reward.reward_manager.source == "register":
+        assert reward.reward_manager.name in REWARD_MANAGER and manager is REWARD_MANAGER["naive"]
+    else:
+        assert Path(reward.reward_manager.module.path) == REPO_ROOT / "reward" / "verl_reward_manager.py"
+        assert manager.__name__ == "TruncationAwareRewardManager" and issubclass(manager, REWARD_MANAGER["naive"])
+        assert reward.custom_reward_function.reward_kwargs.response_format != "plain"
     # nothing reached the legacy top-level sections that 0.9.1's main_ppo ignores
     assert all(value is None for value in cfg.custom_reward_function.values())
     assert cfg.reward_model.reward_manager is None and cfg.reward_model.model.path is None

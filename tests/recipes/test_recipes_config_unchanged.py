@@ -28,6 +28,7 @@ from tests.recipes.recipe_commands import REPO_ROOT, default_command, dry_run, r
 
 BEFORE = json.loads((Path(__file__).parent / "fixtures" / "recipe_overrides_before_config_groups.json").read_text())
 SCRIPTS = sorted(BEFORE["commands"])
+THINKING_MODELS = {"qwen3_32b": "qwen3_thinking", "qwen3_next_80b_a3b_thinking": "qwen3_thinking", "gpt_oss_120b": "harmony"}
 _LAUNCH_TIME = re.compile(r"\.\d{8}T\d{6}Z\.jsonl")
 
 
@@ -61,7 +62,19 @@ def expected_differences(before: list[str]) -> dict[str, tuple[object, object]]:
     """What may differ, and why. A CPU recipe (``trainer.device=cpu``) now also sets
     ``VLLM_CPU_OMP_THREADS_BIND`` with one tensor-parallel worker, to ``auto``, vLLM's own default
     (platform/cpu.yaml sets it for every TP degree; the launcher set it only for TP > 1), and the
-    reference policy's dtype, read only with the KL loss (the launcher set it only then)."""
+    reference policy's dtype, read only with the KL loss (the launcher set it only then). A thinking
+    model's recipe now reads only the final answer (its base model file sets the reward's
+    ``response_format`` and verl's naive manager plus the cut-off flag, loaded through verl's importlib
+    source: docs/rewards.md, "Thinking models")."""
+    experiment = _value_of(before, "trainer.experiment_name")
+    for model, response_format in THINKING_MODELS.items():
+        if f"-{model}-" in experiment:
+            return {
+                "reward.custom_reward_function.reward_kwargs.response_format": ("<absent>", response_format),
+                "reward.reward_manager.module.path": (None, "{repo}/reward/verl_reward_manager.py"),
+                "reward.reward_manager.name": ("naive", "TruncationAwareRewardManager"),
+                "reward.reward_manager.source": ("register", "importlib"),
+            }
     if "trainer.device=cpu" not in before:
         return {}
     differences: dict[str, tuple[object, object]] = {"ray_kwargs.ray_init.runtime_env.env_vars.VLLM_CPU_OMP_THREADS_BIND": ("<absent>", "auto")}

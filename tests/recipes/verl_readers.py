@@ -329,6 +329,11 @@ READERS: dict[str, Reader | tuple[Reader, ...]] = {
     "reward.custom_reward_function.name": Reader("trainer/ppo/reward.py", "get_custom_reward_fn"),
     "reward.custom_reward_function.reward_kwargs": Reader("trainer/ppo/reward.py", "reward_kwargs"),
     "reward.reward_manager.name": Reader("trainer/ppo/reward.py", "get_reward_manager_cls(reward_manager_cfg.name)"),
+    # the thinking models' manager (reward/verl_reward_manager.py), through verl's importlib source
+    "reward.reward_manager.source": Reader("trainer/ppo/reward.py", 'if reward_manager_cfg.source == "register":'),
+    "reward.reward_manager.module.path": Reader(
+        "trainer/ppo/reward.py", "load_extern_object(module_path=module_cfg.path, object_name=reward_manager_cfg.name)"
+    ),
     "reward.num_workers": Reader("experimental/reward_loop/reward_loop.py", "num_workers = self.config.reward.num_workers"),
     # trainer
     "trainer.project_name": Reader(_TRAINER, "project_name=self.config.trainer.project_name"),

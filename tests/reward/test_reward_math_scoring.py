@@ -55,7 +55,7 @@ def test_signed_score_mode():
 
 def test_result_keys_are_fixed():
     result = compute_score("math500", "\\boxed{1}", "1")
-    assert set(result) == {"score", "acc", "pred", "reason", "pass_fraction", "scorer_failed"}
+    assert set(result) == {"score", "acc", "pred", "reason", "pass_fraction", "scorer_failed", "unfinished"}
 
 
 @pytest.mark.parametrize("bad", [None, ["1"], {"answer": 1}, "   ", True])
