@@ -113,10 +113,7 @@ def answer_region(response: str, response_format: str, truncated: bool = False) 
 
 def is_truncated(extra_info: object) -> bool:
     """Whether verl's per-sample ``extra_info`` says the response was cut off at the length cap."""
-    if not isinstance(extra_info, dict):
-        return False
-    flag = extra_info.get(TRUNCATED_KEY)
-    return bool(flag) if flag is not None else False
+    return isinstance(extra_info, dict) and bool(extra_info.get(TRUNCATED_KEY))
 
 
 def template_response_format(tokenizer, chat_template_kwargs: dict | None = None) -> str:

@@ -231,15 +231,9 @@ class RunSlots:
     def _freed_slot_taken(self) -> bool:
         """Whether the slot this process freed last is locked again (by the process it left it to):
         then the hold-off is over."""
-        path = os.path.join(self._lock_dir, f"slot-{self._freed_slot}")
-        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if _locked(os.path.join(self._lock_dir, f"slot-{self._freed_slot}"), create=True):
             self._hold_off_until = 0.0
             return True
-        finally:
-            os.close(fd)
         return False
 
     def _mark_waiting(self) -> None:
@@ -277,13 +271,21 @@ class RunSlots:
             if name == self._waiting_name:
                 continue
             try:
-                fd = os.open(os.path.join(self._lock_dir, name), os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
+                if _locked(os.path.join(self._lock_dir, name)):
+                    return True
+            except OSError:  # gone since the listing
                 continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
-            finally:
-                os.close(fd)
         return False
+
+
+def _locked(path: str, create: bool = False) -> bool:
+    """Whether some descriptor holds an exclusive ``flock`` on ``path`` (probed with a shared,
+    non-blocking lock on a descriptor of its own, closed at once)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | (os.O_CREAT if create else 0), 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False

@@ -75,7 +75,8 @@ def harmony_tokenizer():
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend)
-    names = sorted(harmony_special_tokens(), key=harmony_special_tokens().get)
+    table = harmony_special_tokens()
+    names = sorted(table, key=table.get)
     tokenizer.add_special_tokens({"additional_special_tokens": [AddedToken(n, special=True) for n in names]})
     tokenizer.eos_token = "<|return|>"
     return tokenizer
