@@ -18,29 +18,46 @@ DATA_DIR_HELP = "DATA_DIR is where the recipes read data from (default ~/data/df
 def add_common_arguments(parser: argparse.ArgumentParser, sources: tuple[str, ...]) -> None:
     """Inputs, output, dedup, contamination, bad-row handling, progress and summary options."""
     parser.add_argument(
-        "--input", action="append", required=True, metavar="SOURCE=LOCATION",
+        "--input",
+        action="append",
+        required=True,
+        metavar="SOURCE=LOCATION",
         help=f"repeatable; SOURCE is one of {', '.join(sources)}; LOCATION is a .jsonl/.json/.parquet file "
         "or hf:OWNER/NAME[:CONFIG][@SPLIT] (a Hugging Face dataset, downloaded by the datasets library)",
     )
     parser.add_argument("--output", required=True, help=f"parquet file to write; {DATA_DIR_HELP}")
-    parser.add_argument("--no-dedup", action="store_true", help="keep repeated problems (dedup is on by default: training sets by normalised statement, evaluation sets by problem id)")
     parser.add_argument(
-        "--decontaminate-against", type=Path, nargs="+", default=[], metavar="EVAL.parquet",
+        "--no-dedup",
+        action="store_true",
+        help="keep repeated problems (dedup is on by default: training sets by normalised statement, evaluation sets by problem id)",
+    )
+    parser.add_argument(
+        "--decontaminate-against",
+        type=Path,
+        nargs="+",
+        default=[],
+        metavar="EVAL.parquet",
         help="prepared evaluation files; rows whose problem matches one of theirs (exact or normalised text) are reported",
     )
     parser.add_argument(
-        "--drop-contaminated", action="store_true",
+        "--drop-contaminated",
+        action="store_true",
         help="drop the rows found by --decontaminate-against with an exact or normalised-text match",
     )
     parser.add_argument(
-        "--drop-near-duplicates", action="store_true",
+        "--drop-near-duplicates",
+        action="store_true",
         help="drop near duplicates too: rows sharing a run of --ngram-size words with an evaluation problem, "
         "as well as the rows --drop-contaminated drops (near duplicates are always reported)",
     )
     add_ngram_argument(parser)
-    parser.add_argument("--skip-bad-rows", action="store_true", help="count and skip malformed rows instead of stopping at the first")
     parser.add_argument(
-        "--progress", action=argparse.BooleanOptionalAction, default=None,
+        "--skip-bad-rows", action="store_true", help="count and skip malformed rows instead of stopping at the first"
+    )
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="progress bar (default: on a terminal, for inputs of 2,000 rows or more)",
     )
     parser.add_argument("--summary-json", metavar="PATH", help="also write the run summary as JSON")

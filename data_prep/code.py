@@ -69,7 +69,9 @@ class CodeFilters:
         return None
 
 
-def build_code_row(source: str, split: str, problem: CodeProblem, tests, origin: str, with_system_message: bool) -> dict:
+def build_code_row(
+    source: str, split: str, problem: CodeProblem, tests, origin: str, with_system_message: bool
+) -> dict:
     """The verl row of one code problem (``extra_info.index`` is added when written)."""
     return {
         "data_source": source,
@@ -149,25 +151,37 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     add_common_arguments(parser, tuple(CODE_SOURCE_TABLE))
     parser.add_argument(
-        "--release", choices=sorted(RELEASE_FILES), default=DEFAULT_RELEASE, metavar="TAG",
+        "--release",
+        choices=sorted(RELEASE_FILES),
+        default=DEFAULT_RELEASE,
+        metavar="TAG",
         help="LiveCodeBench release read from a folder or the hub id: release_v1 .. release_v6, release_latest, "
         f"vN (one shard) or vA_vB (shards A..B); default {DEFAULT_RELEASE}",
     )
-    parser.add_argument("--start-date", type=_date, help="keep problems with contest_date on or after this day (YYYY-MM-DD)")
-    parser.add_argument("--end-date", type=_date, help="keep problems with contest_date up to this day 00:00 (YYYY-MM-DD)")
-    parser.add_argument("--platform", action="append", default=[], help="repeatable: leetcode, atcoder, codeforces, ...")
+    parser.add_argument(
+        "--start-date", type=_date, help="keep problems with contest_date on or after this day (YYYY-MM-DD)"
+    )
+    parser.add_argument(
+        "--end-date", type=_date, help="keep problems with contest_date up to this day 00:00 (YYYY-MM-DD)"
+    )
+    parser.add_argument(
+        "--platform", action="append", default=[], help="repeatable: leetcode, atcoder, codeforces, ..."
+    )
     parser.add_argument("--difficulty", action="append", default=[], help="repeatable: easy, medium, hard, ...")
     parser.add_argument(
-        "--max-tests", type=int,
+        "--max-tests",
+        type=int,
         help=f"keep at most this many tests per problem (training default {DEFAULT_TRAIN_CAPS.max_tests}; evaluation: all)",
     )
     parser.add_argument(
-        "--max-test-bytes", type=int,
+        "--max-test-bytes",
+        type=int,
         help=f"byte budget of a problem's tests (training default {DEFAULT_TRAIN_CAPS.max_bytes:,}; evaluation: none)",
     )
     parser.add_argument("--no-caps", action="store_true", help="keep every test of training problems too")
     parser.add_argument(
-        "--system-message", action="store_true",
+        "--system-message",
+        action="store_true",
         help="prepend LiveCodeBench's generic system message to each prompt (default: user message only)",
     )
     return parser.parse_args(argv)
@@ -195,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         filters = CodeFilters(args.start_date, args.end_date, args.platform, args.difficulty)
         options = pipeline_options(args)
         converter = make_code_converter(split, filters, caps_for(split, args), args.system_message, args.release)
+
         def open_input(spec: InputSpec):  # only LiveCodeBench inputs are read as release shards
             return open_records(spec, args.release if spec.source == "livecodebench" else None)
 

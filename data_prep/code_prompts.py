@@ -10,9 +10,7 @@ problem without starter code (some APPS/TACO rows) names the function to define 
 
 from __future__ import annotations
 
-FORMAT_WITH_STARTER_CODE = (
-    "You will use the following starter code to write the solution to the problem and enclose your code within delimiters."
-)
+FORMAT_WITH_STARTER_CODE = "You will use the following starter code to write the solution to the problem and enclose your code within delimiters."
 FORMAT_STDIN = (
     "Read the inputs from stdin solve the problem and write the answer to stdout (do not directly test on the sample "
     "inputs). Enclose your code within delimiters as follows. Ensure that when the python program runs, it reads the "
@@ -41,7 +39,9 @@ def render_code_prompt(question: str, starter_code: str, fn_name: str | None) ->
     return text + ANSWER_LINE
 
 
-def code_messages(question: str, starter_code: str, fn_name: str | None, with_system_message: bool) -> list[dict[str, str]]:
+def code_messages(
+    question: str, starter_code: str, fn_name: str | None, with_system_message: bool
+) -> list[dict[str, str]]:
     """Chat messages: LiveCodeBench's system message (optional) and the user prompt."""
     messages = [{"role": "system", "content": SYSTEM_MESSAGE}] if with_system_message else []
     messages.append({"role": "user", "content": render_code_prompt(question, starter_code, fn_name)})

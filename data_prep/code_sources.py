@@ -116,14 +116,19 @@ def _lines(value: Any, what: str, notes: Notes) -> str:
     if isinstance(value, list) and all(isinstance(line, str) for line in value):
         notes.add("stdin test values given as a list of lines (joined with newlines)")
         return "\n".join(value)
-    raise RowError(f"invalid test {what}", f"stdin test {what} must be a string or a list of strings, got {type(value).__name__}")
+    raise RowError(
+        f"invalid test {what}", f"stdin test {what} must be a string or a list of strings, got {type(value).__name__}"
+    )
 
 
 def _function_call_test(raw_input: Any, raw_output: Any, notes: Notes) -> CodeTest:
     """An APPS-layout function-call test: argument list in, one-element list around the result out."""
     arguments = _json_field(raw_input, "function-call test input")
     if not isinstance(arguments, list):
-        raise RowError("invalid test input", f"function-call test input must be a list of arguments, got {type(arguments).__name__}")
+        raise RowError(
+            "invalid test input",
+            f"function-call test input must be a list of arguments, got {type(arguments).__name__}",
+        )
     expected = _json_field(raw_output, "function-call test output")
     if isinstance(expected, list) and len(expected) == 1:
         expected = expected[0]
@@ -137,7 +142,9 @@ def _livecodebench_test(test: Any, position: int) -> CodeTest:
     if not isinstance(test.get("input"), str) or not isinstance(test.get("output"), str):
         raise RowError("invalid test", f"test {position}: input and output must be strings")
     if test.get("testtype") not in ("stdin", "functional"):
-        raise RowError("invalid test", f"test {position}: testtype must be stdin or functional, got {test.get('testtype')!r}")
+        raise RowError(
+            "invalid test", f"test {position}: testtype must be stdin or functional, got {test.get('testtype')!r}"
+        )
     return CodeTest(test["input"], test["output"], test["testtype"])
 
 
@@ -150,7 +157,10 @@ def convert_test_list(tests: Any, notes: Notes) -> tuple[list[CodeTest], str | N
             raise RowError("invalid tests", "APPS-layout tests need lists 'inputs' and 'outputs' of equal length")
         if fn_name is not None:
             return [_function_call_test(i, o, notes) for i, o in zip(inputs, outputs, strict=True)], str(fn_name)
-        return [CodeTest(_lines(i, "input", notes), _lines(o, "output", notes), "stdin") for i, o in zip(inputs, outputs, strict=True)], None
+        return [
+            CodeTest(_lines(i, "input", notes), _lines(o, "output", notes), "stdin")
+            for i, o in zip(inputs, outputs, strict=True)
+        ], None
     if not isinstance(tests, list):
         raise RowError("invalid tests", f"tests must be a list or an APPS-layout object, got {type(tests).__name__}")
     converted: list[CodeTest] = []
@@ -164,12 +174,17 @@ def convert_test_list(tests: Any, notes: Notes) -> tuple[list[CodeTest], str | N
             if test["testtype"] == "functional" and isinstance(metadata, dict) and metadata.get("func_name"):
                 fn_name = fn_name or str(metadata["func_name"])
         elif test.get("type", "stdin_stdout") == "stdin_stdout":
-            converted.append(CodeTest(_lines(test["input"], "input", notes), _lines(test["output"], "output", notes), "stdin"))
+            converted.append(
+                CodeTest(_lines(test["input"], "input", notes), _lines(test["output"], "output", notes), "stdin")
+            )
         elif test.get("type") == "function_call":
             converted.append(_function_call_test(test["input"], test["output"], notes))
             fn_name = fn_name or (str(test["fn_name"]) if test.get("fn_name") else None)
         else:
-            raise RowError("invalid test", f"test {position}: unknown type {test.get('type')!r} (expected stdin_stdout or function_call)")
+            raise RowError(
+                "invalid test",
+                f"test {position}: unknown type {test.get('type')!r} (expected stdin_stdout or function_call)",
+            )
     return converted, fn_name
 
 
@@ -240,7 +255,7 @@ def split_primeintellect_prompt(text: str) -> tuple[str, str]:
     header = _PRIME_HEADER.match(text)
     if header is None:
         return text.strip(), ""
-    body = text[header.end():]
+    body = text[header.end() :]
     starter = ""
     found = _PRIME_STARTER.search(body)
     if found is not None:
@@ -262,7 +277,9 @@ def read_deepcoder_row(data: dict[str, Any], ordinal: int, notes: Notes) -> Code
     if fn_name is None and isinstance(metadata, dict) and metadata.get("func_name"):
         fn_name = str(metadata["func_name"])  # some rows name the function once, at row level
     difficulty = metadata.get("difficulty") if isinstance(metadata, dict) else None
-    source_id = next((str(data[k]) for k in ("question_id", "problem_id", "id") if data.get(k) is not None), f"row {ordinal}")
+    source_id = next(
+        (str(data[k]) for k in ("question_id", "problem_id", "id") if data.get(k) is not None), f"row {ordinal}"
+    )
     return CodeProblem(
         question=question,
         tests=tests,
@@ -301,7 +318,7 @@ class CodeSource:
     name: str
     split: str
     hf_datasets: tuple[str, ...]
-    read: Callable[[dict[str, Any], int, "Notes"], CodeProblem]
+    read: Callable[[dict[str, Any], int, Notes], CodeProblem]
 
 
 CODE_SOURCE_TABLE: dict[str, CodeSource] = {

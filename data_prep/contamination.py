@@ -82,10 +82,14 @@ def read_prepared_problems(path: Path) -> list[tuple[str, str, str]]:
     import pyarrow.parquet as pq
 
     if not path.is_file():
-        raise DataPrepError(f"{path}: evaluation file does not exist (prepare it first with python -m data_prep.math/code)")
+        raise DataPrepError(
+            f"{path}: evaluation file does not exist (prepare it first with python -m data_prep.math/code)"
+        )
     table = pq.read_table(path, columns=["data_source", "extra_info"])
     rows = []
-    for position, (source, extra_info) in enumerate(zip(table["data_source"].to_pylist(), table["extra_info"].to_pylist(), strict=True)):
+    for position, (source, extra_info) in enumerate(
+        zip(table["data_source"].to_pylist(), table["extra_info"].to_pylist(), strict=True)
+    ):
         if not isinstance(extra_info, dict) or not isinstance(extra_info.get("problem"), str):
             raise DataPrepError(
                 f"{path} row {position}: extra_info.problem is missing; the contamination check reads files written by "
@@ -114,7 +118,10 @@ def _positive_int(text: str) -> int:
 def add_ngram_argument(parser: argparse.ArgumentParser) -> None:
     """``--ngram-size``: words in a run shared with an evaluation problem that makes a near duplicate."""
     parser.add_argument(
-        "--ngram-size", type=_positive_int, default=DEFAULT_NGRAM_SIZE, metavar="N",
+        "--ngram-size",
+        type=_positive_int,
+        default=DEFAULT_NGRAM_SIZE,
+        metavar="N",
         help=f"near duplicates share a run of N words with an evaluation problem (default {DEFAULT_NGRAM_SIZE})",
     )
 
@@ -142,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
             counts[found.kind] += 1
             if shown < args.show:
                 shared = f'  (shares "{found.shared}")' if found.shared else ""
-                print(f"{found.kind:>10}  {args.train.name} {source} {source_id}  ==  {found.evaluation_problem}{shared}")
+                print(
+                    f"{found.kind:>10}  {args.train.name} {source} {source_id}  ==  {found.evaluation_problem}{shared}"
+                )
                 shown += 1
     except DataPrepError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -19,9 +19,7 @@ class MalformedRowError(DataPrepError):
         self.location = location
         self.reason = reason
         self.detail = detail
-        super().__init__(
-            f"{location}: {detail} (pass --skip-bad-rows to count and skip such rows instead of stopping)"
-        )
+        super().__init__(f"{location}: {detail} (pass --skip-bad-rows to count and skip such rows instead of stopping)")
 
 
 class RowError(ValueError):

@@ -77,7 +77,9 @@ def decode_private_tests(field: str) -> list[dict[str, Any]]:
         except Exception as exc:  # a damaged pickle raises many types
             raise ValueError(f"private_test_cases holds a damaged pickle ({type(exc).__name__}: {exc})") from None
         if not isinstance(unpickled, str):
-            raise ValueError(f"private_test_cases pickle holds {type(unpickled).__name__}, expected a JSON string") from None
+            raise ValueError(
+                f"private_test_cases pickle holds {type(unpickled).__name__}, expected a JSON string"
+            ) from None
         try:
             tests = json.loads(unpickled)
         except json.JSONDecodeError as exc:

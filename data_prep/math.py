@@ -18,7 +18,7 @@ math500) cannot be mixed in one output: the split is taken from the sources.
 the assistant's answer, see ``data_prep/math_prompts.py``); a row whose problem is the
 demonstration's own is dropped (counted in the summary), since its answer is in its prompt. The CPU
 quickstart's task is written this way (``--demonstration "What is 2 + 5?" 7``, by
-``dfpo/examples/sums_task.py``).
+``cpu_examples/sums_task.py``).
 """
 
 from __future__ import annotations
@@ -81,12 +81,16 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     add_common_arguments(parser, tuple(MATH_SOURCE_TABLE))
     parser.add_argument(
-        "--template", choices=TEMPLATES, default=DEFAULT_TEMPLATE,
+        "--template",
+        choices=TEMPLATES,
+        default=DEFAULT_TEMPLATE,
         help="prompt wording: 'boxed' (final answer in \\boxed{}), 'dapo' (last line 'Answer: ...') or 'bare' "
         "(the problem alone, the answer's \\boxed{} form taught by --demonstration); default boxed",
     )
     parser.add_argument(
-        "--demonstration", nargs=2, metavar=("PROBLEM", "ANSWER"),
+        "--demonstration",
+        nargs=2,
+        metavar=("PROBLEM", "ANSWER"),
         help="one solved example before every problem: a user turn with PROBLEM (same template) and the "
         "assistant's ANSWER in the template's form; rows whose problem is PROBLEM are dropped",
     )
@@ -106,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_pipeline(specs, open_records, make_math_converter(split, args.template, demonstration), options)
 
     return run_cli(run, args)
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -15,7 +15,7 @@ A *demonstration turn* (``python -m data_prep.math --demonstration PROBLEM ANSWE
 solved example before the problem: a user message with PROBLEM in the same template and an
 assistant message with the answer in the form the template asks for (``\\boxed{ANSWER}`` or
 ``Answer: ANSWER``). A small instruct model that almost never writes ``\\boxed{}`` zero-shot uses
-it in most responses after one demonstration (the CPU quickstart's task, ``dfpo.examples.sums_task``).
+it in most responses after one demonstration (the CPU quickstart's task, ``cpu_examples.sums_task``).
 """
 
 from __future__ import annotations
@@ -72,5 +72,5 @@ def math_messages(problem: str, template: str, demonstration: tuple[str, str] | 
 def strip_dapo_prompt(content: str) -> str | None:
     """The bare problem inside a DAPO-format user message, or None if it is not in that format."""
     if content.startswith(DAPO_PREFIX) and content.endswith(DAPO_SUFFIX):
-        return content[len(DAPO_PREFIX): len(content) - len(DAPO_SUFFIX)]
+        return content[len(DAPO_PREFIX) : len(content) - len(DAPO_SUFFIX)]
     return None

@@ -11,9 +11,9 @@ aime24         Maxwell-Jia/AIME_2024, HuggingFaceH4/aime_2024         Problem/pr
 aime25         math-ai/aime25, yentinglin/aime_2025                   problem, answer, id
 hmmt25         MathArena/hmmt_feb_2025                                problem, answer, problem_idx
 math500        HuggingFaceH4/MATH-500                                 problem, answer, unique_id
-arithmetic     the tiny CPU recipes' toy task (``dfpo.examples.toy_task``)  problem, answer, id
+arithmetic     the tiny CPU recipes' toy task (``cpu_examples.addition_task``)  problem, answer, id
 arithmetic_test  its held-out evaluation split                        problem, answer, id
-digit_sums     the CPU quickstart's task (``dfpo.examples.sums_task``)    problem, answer, id
+digit_sums     the CPU quickstart's task (``cpu_examples.sums_task``)    problem, answer, id
 digit_sums_test  its held-out evaluation split                        problem, answer, id
 =============  =====================================================  ==========================
 """
@@ -71,7 +71,9 @@ def _field(data: dict[str, Any], names: tuple[str, ...], what: str) -> Any:
     nulls = [name for name in names if name in data]
     if nulls:
         raise RowError(f"missing {what}", f"{what} field {nulls[0]!r} is null; give the row a {what}")
-    raise RowError(f"missing {what}", f"no {what} field: expected one of {', '.join(names)}; row has {', '.join(sorted(data))}")
+    raise RowError(
+        f"missing {what}", f"no {what} field: expected one of {', '.join(names)}; row has {', '.join(sorted(data))}"
+    )
 
 
 def _problem_text(value: Any) -> str:
@@ -96,7 +98,9 @@ def read_dapo_row(data: dict[str, Any], ordinal: int) -> MathProblem:
     content = prompt[0].get("content")
     problem = strip_dapo_prompt(content) if isinstance(content, str) else None
     if problem is None:
-        raise RowError("bad DAPO prompt", "prompt content is not in DAPO's 'Solve the following math problem ... Answer:' format")
+        raise RowError(
+            "bad DAPO prompt", "prompt content is not in DAPO's 'Solve the following math problem ... Answer:' format"
+        )
     reward_model = data.get("reward_model")
     if not isinstance(reward_model, dict) or "ground_truth" not in reward_model:
         raise RowError("missing answer", "reward_model.ground_truth is missing")
@@ -115,10 +119,10 @@ MATH_SOURCE_TABLE: dict[str, MathSource] = {
         MathSource("aime25", "test", ("math-ai/aime25", "yentinglin/aime_2025"), read_plain_math_row),
         MathSource("hmmt25", "test", ("MathArena/hmmt_feb_2025",), read_plain_math_row),
         MathSource("math500", "test", ("HuggingFaceH4/MATH-500",), read_plain_math_row),
-        # The toy task of the CPU recipes, written as local JSON lines by dfpo.examples.toy_task.
+        # The toy task of the CPU recipes, written as local JSON lines by cpu_examples.addition_task.
         MathSource("arithmetic", "train", (), read_plain_math_row),
         MathSource("arithmetic_test", "test", (), read_plain_math_row),
-        # The CPU quickstart's task, written as local JSON lines by dfpo.examples.sums_task.
+        # The CPU quickstart's task, written as local JSON lines by cpu_examples.sums_task.
         MathSource("digit_sums", "train", (), read_plain_math_row),
         MathSource("digit_sums_test", "test", (), read_plain_math_row),
     )

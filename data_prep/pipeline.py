@@ -103,7 +103,9 @@ def run_pipeline(
         for spec in inputs:
             stream = open_input(spec)
             summary.rows_read[spec.location] += 0
-            for ordinal, record in enumerate(with_progress(stream.records, stream.total, spec.source, options.progress)):
+            for ordinal, record in enumerate(
+                with_progress(stream.records, stream.total, spec.source, options.progress)
+            ):
                 summary.rows_read[spec.location] += 1
                 _process(spec, record, ordinal, convert, options, dedup, writer, summary, details)
         if writer.rows_accepted == 0:
@@ -148,7 +150,9 @@ def _process(
         match = options.evaluation_index.match(outcome.problem)
         if match is not None:
             near = match.is_near_duplicate
-            details.add("near duplicates" if near else "contamination matches", f"{record.location}: {match.describe()}")
+            details.add(
+                "near duplicates" if near else "contamination matches", f"{record.location}: {match.describe()}"
+            )
             # dropping near duplicates implies dropping equal statements too
             drop = options.drop_near_duplicates if near else options.drop_contaminated or options.drop_near_duplicates
             if drop:
@@ -172,7 +176,9 @@ def _is_repeat(
         problem_id = f"{outcome.row['data_source']}/{extra_info['source_id']}"
         found = dedup.check_evaluation(problem_id, outcome.problem, outcome.answer, location)
         if found.same_statement_as:
-            summary.note("evaluation problems whose statement repeats another id's (kept; evaluation sets are keyed by id)")
+            summary.note(
+                "evaluation problems whose statement repeats another id's (kept; evaluation sets are keyed by id)"
+            )
             details.add(
                 "repeated evaluation statements",
                 f"{location}: same statement as {found.same_statement_as} under another id (kept)",

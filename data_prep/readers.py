@@ -81,7 +81,7 @@ def parse_input_spec(text: str, known_sources: tuple[str, ...]) -> InputSpec:
             f"--input {text!r}: unknown source {source!r}; this command accepts {', '.join(known_sources)}"
         )
     if location.startswith(HF_PREFIX):
-        rest = location[len(HF_PREFIX):]
+        rest = location[len(HF_PREFIX) :]
         rest, at, split = rest.partition("@")
         dataset, colon, config = rest.partition(":")
         if not dataset or "/" not in dataset or (at and not split) or (colon and not config):
@@ -130,9 +130,13 @@ def _json_rows(path: Path) -> list[Any]:
         with path.open("r", encoding="utf-8") as handle:
             data = json.load(handle)
     except json.JSONDecodeError as exc:
-        raise DataPrepError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno}); expected a list of objects") from None
+        raise DataPrepError(
+            f"{path}: invalid JSON ({exc.msg} at line {exc.lineno}); expected a list of objects"
+        ) from None
     if not isinstance(data, list):
-        raise DataPrepError(f"{path}: expected a JSON list of row objects, got {type(data).__name__} (use .jsonl for one object per line)")
+        raise DataPrepError(
+            f"{path}: expected a JSON list of row objects, got {type(data).__name__} (use .jsonl for one object per line)"
+        )
     return data
 
 
@@ -157,7 +161,9 @@ def _iter_parquet(path: Path) -> Iterator[RawRecord]:
         except StopIteration:
             return
         except (pa.ArrowException, OSError) as exc:
-            raise DataPrepError(f"{path}: cannot read the rows after row {row_number} ({exc}); the file is damaged") from None
+            raise DataPrepError(
+                f"{path}: cannot read the rows after row {row_number} ({exc}); the file is damaged"
+            ) from None
         for data in batch.to_pylist():
             yield RawRecord(f"{path} row {row_number}", data)
             row_number += 1

@@ -40,7 +40,10 @@ class RowSchemaValidator:
             raise RowSchemaError(f"{where}: {key}: {problem}")
 
         if not isinstance(row, dict) or set(row) != ROW_KEYS:
-            fail("row", f"must have exactly the keys {sorted(ROW_KEYS)}, has {sorted(row) if isinstance(row, dict) else type(row).__name__}")
+            fail(
+                "row",
+                f"must have exactly the keys {sorted(ROW_KEYS)}, has {sorted(row) if isinstance(row, dict) else type(row).__name__}",
+            )
         source = row["data_source"]
         if source not in KNOWN_SOURCES:
             fail("data_source", f"{source!r} is not one of {', '.join(KNOWN_SOURCES)}")

@@ -1,7 +1,7 @@
 """DFPO — Drift-Fixing Policy Optimization (arXiv 2604.13088) for verl 0.9.1.
 
 Public API (pure tensor functions: importing dfpo imports no verl module, but it requires the
-supported verl release to be installed — :func:`dfpo.verl_version.check_verl_version`):
+supported verl release to be installed — :func:`dfpo.verl.version.check_verl_version`):
 
 * :func:`apply_group_transform` — the within-group transforms Min-Replace (Eq. 17) and
   Orth-Proj (Eq. 18), plus the ablations ``scale`` and ``none``.
@@ -9,21 +9,21 @@ supported verl release to be installed — :func:`dfpo.verl_version.check_verl_v
 * :func:`compute_dfpo_outcome_advantage` — the group-relative advantage with exact zero sum.
 
 Installing this package registers ``dfpo`` in verl's policy-loss and advantage-estimator registries
-in every process that imports verl (entry point ``verl.plugins``: :mod:`dfpo.verl_plugin`).
+in every process that imports verl (entry point ``verl.plugins``: :mod:`dfpo.verl.plugin`).
 """
 
-from dfpo.verl_version import SUPPORTED_VERL_VERSION, check_verl_version
+from dfpo.verl.version import SUPPORTED_VERL_VERSION, check_verl_version
 
 check_verl_version()
 
 # The public functions import torch; they are loaded on first use, so that the launchers
-# (python -m dfpo.recipe, dfpo.recipe_knobs) start without it.
+# (python -m dfpo.launch.recipe, dfpo.launch.recipe_knobs) start without it.
 _PUBLIC = {
-    "compute_dfpo_outcome_advantage": "dfpo.advantage",
-    "SCOPES": "dfpo.group_statistics",
-    "compute_dfpo_loss": "dfpo.loss",
-    "TRANSFORMS": "dfpo.transforms",
-    "apply_group_transform": "dfpo.transforms",
+    "compute_dfpo_outcome_advantage": "dfpo.algorithm.advantage",
+    "SCOPES": "dfpo.algorithm.group_statistics",
+    "compute_dfpo_loss": "dfpo.algorithm.loss",
+    "TRANSFORMS": "dfpo.algorithm.transforms",
+    "apply_group_transform": "dfpo.algorithm.transforms",
 }
 
 

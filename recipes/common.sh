@@ -3,7 +3,7 @@
 #
 #     dfpo_launch dfpo_min_replace qwen3_32b "$@"
 #
-# which runs `python -m dfpo.recipe METHOD MODEL [hydra overrides...]` (dfpo/recipe.py): the method
+# which runs `python -m dfpo.launch.recipe METHOD MODEL [hydra overrides...]` (dfpo/launch/recipe.py): the method
 # is dfpo/config/method/METHOD.yaml, the model dfpo/config/base_model/MODEL.yaml (every value of the
 # recipe lives in those files and in dfpo/config/recipe_defaults.yaml), each environment knob that
 # is set (docs/recipes.md, "Knobs") becomes one override of its key, and extra arguments are Hydra
@@ -11,7 +11,7 @@
 # SIGTERM reaches the driver, whose exit status is the recipe's).
 #
 # DRY_RUN=1 prints that command instead of running it. dfpo.dry_run=true (an override) runs every
-# check of the composed config before Ray (dfpo/preflight.py) and prints it, starting nothing.
+# check of the composed config before Ray (dfpo/launch/preflight.py) and prints it, starting nothing.
 
 # The launcher's install check (Python source): exit 0 when the interpreter has this project's
 # distribution (dfpo-verl) and finds the dfpo and verl packages (without importing them).
@@ -36,5 +36,5 @@ dfpo_launch() {
     local python="${PYTHON:-python3}"
     "$python" -c "$DFPO_INSTALL_CHECK" 2>/dev/null ||
         dfpo_die "$python does not have this project and verl installed: install the project on every node (pip install -e $DFPO_REPO_ROOT) or set PYTHON to the environment's interpreter"
-    PYTHON="$python" exec "$python" -m dfpo.recipe --via "${0#"$DFPO_REPO_ROOT"/}" "$@"
+    PYTHON="$python" exec "$python" -m dfpo.launch.recipe --via "${0#"$DFPO_REPO_ROOT"/}" "$@"
 }

@@ -112,9 +112,7 @@ def stdin_source(program):
         imports = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
         others = [node for node in tree.body if not isinstance(node, (ast.Import, ast.ImportFrom))]
         no_arguments = ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[])
-        wrapper = ast.FunctionDef(
-            name="wrapped_function", args=no_arguments, body=others, decorator_list=[], lineno=-1
-        )
+        wrapper = ast.FunctionDef(name="wrapped_function", args=no_arguments, body=others, decorator_list=[], lineno=-1)
         return PREAMBLE + "\n" + ast.unparse(imports) + "\n" + ast.unparse(wrapper)
     except Exception:  # noqa: BLE001
         return program
@@ -257,7 +255,7 @@ def prepare_process():
     os.dup2(null_in, 0)
     os.dup2(null_out, 1)
     os.dup2(null_out, 2)
-    sys.stdin = open(0, "r", closefd=False)
+    sys.stdin = open(0, closefd=False)
     sys.stdout = open(1, "w", closefd=False)
     sys.stderr = open(2, "w", closefd=False)
     sys.set_int_max_str_digits(INT_DIGITS)

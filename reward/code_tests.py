@@ -52,6 +52,8 @@ TEARDOWN_S = 5.0
 """Time allowed for ending a sandbox that ran to its wall-clock limit and removing it."""
 
 FENCE = "```"
+
+
 @dataclass(frozen=True)
 class TestCase:
     input: str

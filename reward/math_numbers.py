@@ -49,7 +49,7 @@ class Number:
         self.terms = {basis: value for basis, value in terms.items() if value}
 
     @classmethod
-    def rational(cls, value: Fraction) -> "Number":
+    def rational(cls, value: Fraction) -> Number:
         return cls({(1, 0): Fraction(value)})
 
     def as_rational(self) -> Fraction | None:
@@ -59,16 +59,16 @@ class Number:
             return self.terms[(1, 0)]
         return None
 
-    def __add__(self, other: "Number") -> "Number":
+    def __add__(self, other: Number) -> Number:
         terms = dict(self.terms)
         for basis, value in other.terms.items():
             terms[basis] = terms.get(basis, Fraction(0)) + value
         return Number(terms)
 
-    def __neg__(self) -> "Number":
+    def __neg__(self) -> Number:
         return Number({basis: -value for basis, value in self.terms.items()})
 
-    def __mul__(self, other: "Number") -> "Number":
+    def __mul__(self, other: Number) -> Number:
         terms: dict[Basis, Fraction] = {}
         for (r1, k1), v1 in self.terms.items():
             for (r2, k2), v2 in other.terms.items():
@@ -79,11 +79,11 @@ class Number:
                 terms[basis] = terms.get(basis, Fraction(0)) + v1 * v2 * outside
         return Number(terms)
 
-    def inverse(self) -> "Number":
+    def inverse(self) -> Number:
         """1 / self, for a single term without pi (c * sqrt(r) -> sqrt(r) / (c * r))."""
         if len(self.terms) != 1:
             raise _Refused("division by a sum")
-        ((radicand, pi_power), value), = self.terms.items()
+        (((radicand, pi_power), value),) = self.terms.items()
         if pi_power:
             raise _Refused("division by pi")
         return Number({(radicand, 0): 1 / (value * radicand)})
@@ -143,7 +143,7 @@ class _Parser:
         position = 0
         for match in _TOKEN.finditer(text):
             if match.start() != position:
-                raise _Refused(f"unexpected {text[position:match.start()]!r}")
+                raise _Refused(f"unexpected {text[position : match.start()]!r}")
             self.tokens.append(match.group())
             position = match.end()
         if position != len(text) or not self.tokens:
@@ -285,6 +285,3 @@ def clearly_different(a: Number, b: Number) -> bool:
     a_value, b_value = a.approximate(), b.approximate()
     scale = max(Decimal(1), abs(a_value), abs(b_value))
     return abs(a_value - b_value) > Decimal("1e-5") * scale
-
-
-

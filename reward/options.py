@@ -10,8 +10,8 @@ from dataclasses import dataclass, fields
 
 from reward.code_tests import CODE_MODES
 from reward.outcome import check_score_mode
-from reward.sandbox.slots import check_max_runs
 from reward.response_format import PLAIN, check_response_format
+from reward.sandbox.slots import check_max_runs
 
 CODE_BACKENDS: tuple[str, ...] = ("local", "sandbox_fusion")
 VERL_CALL_KWARGS: frozenset[str] = frozenset({"reward_router_address", "reward_model_tokenizer"})
@@ -110,7 +110,7 @@ class RewardOptions:
             )
 
     @classmethod
-    def from_kwargs(cls, kwargs: dict) -> "RewardOptions":
+    def from_kwargs(cls, kwargs: dict) -> RewardOptions:
         """Build from ``compute_score``'s extra keyword arguments."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(kwargs) - known - VERL_CALL_KWARGS)

@@ -21,7 +21,15 @@ SCORER_ERROR = "scorer_error"
 UNFINISHED = "unfinished"
 
 REASONS: tuple[str, ...] = (
-    CORRECT, WRONG_ANSWER, NO_ANSWER, TIMEOUT, RUNTIME_ERROR, SANDBOX_ERROR, VERIFIER_ERROR, SCORER_ERROR, UNFINISHED
+    CORRECT,
+    WRONG_ANSWER,
+    NO_ANSWER,
+    TIMEOUT,
+    RUNTIME_ERROR,
+    SANDBOX_ERROR,
+    VERIFIER_ERROR,
+    SCORER_ERROR,
+    UNFINISHED,
 )
 """``correct``; ``wrong_answer``; ``no_answer`` (no boxed answer, no ``Answer:`` line, no
 fenced code); ``timeout`` (the verifier or a test ran past its wall-clock limit);

@@ -93,7 +93,9 @@ def answer_region(response: str, response_format: str, truncated: bool = False) 
     if response_format == QWEN3_THINKING:
         close = response.rfind(QWEN3_THINK_CLOSE)
         if close < 0:
-            return AnswerRegion(None, "cut off in its thinking" if truncated else "the thinking never closed (no </think>)")
+            return AnswerRegion(
+                None, "cut off in its thinking" if truncated else "the thinking never closed (no </think>)"
+            )
         final = response[close + len(QWEN3_THINK_CLOSE) :]
     else:
         headers = list(_HARMONY_FINAL_HEADER.finditer(response))
@@ -124,7 +126,7 @@ def template_response_format(tokenizer, chat_template_kwargs: dict | None = None
     ``chat_template_kwargs``, leaves the thinking to the response (Qwen3 with thinking on opens
     nothing, Qwen3-Next-Thinking opens ``<think>``); ``plain`` otherwise -- Qwen3 with thinking
     off closes an empty thinking block in the prompt, so its responses hold no ``</think>``.
-    ``dfpo.evaluation.generate`` scores with this format by default, and ``dfpo.main``'s preflight
+    ``evaluation.generate`` scores with this format by default, and ``dfpo.main``'s preflight
     checks that a recipe's ``response_format`` agrees with it.
     """
     added = {token.content: token.special for token in tokenizer.added_tokens_decoder.values()}

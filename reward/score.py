@@ -34,8 +34,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from reward import outcome  # noqa: E402
-from reward.guard import INPUT_ERRORS, ScoringDeadlineExceeded, call_with_deadline  # noqa: E402
 from reward.code_tests import CodeLimits, parse_ground_truth, score_code  # noqa: E402
+from reward.guard import INPUT_ERRORS, ScoringDeadlineExceeded, call_with_deadline  # noqa: E402
 from reward.math_scoring import score_math  # noqa: E402
 from reward.options import RewardOptions  # noqa: E402
 from reward.response_format import answer_region, is_truncated  # noqa: E402

@@ -10,11 +10,18 @@ from __future__ import annotations
 from typing import Literal
 
 MATH_SOURCES: tuple[str, ...] = (
-    "math_dapo", "aime24", "aime25", "hmmt25", "math500", "deepscaler",
-    # the toy task of the tiny CPU recipes (dfpo/examples/toy_task.py): single-digit sums
-    "arithmetic", "arithmetic_test",
-    # the CPU quickstart's task (dfpo/examples/sums_task.py): single-digit sums with a demonstration turn
-    "digit_sums", "digit_sums_test",
+    "math_dapo",
+    "aime24",
+    "aime25",
+    "hmmt25",
+    "math500",
+    "deepscaler",
+    # the toy task of the tiny CPU recipes (cpu_examples/addition_task.py): single-digit sums
+    "arithmetic",
+    "arithmetic_test",
+    # the CPU quickstart's task (cpu_examples/sums_task.py): single-digit sums with a demonstration turn
+    "digit_sums",
+    "digit_sums_test",
 )
 """Sources whose ground truth is a final answer string checked with math-verify."""
 

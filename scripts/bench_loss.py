@@ -21,7 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dfpo.benchmark_record import environment, write_result  # noqa: E402
+from benchmark_record import environment, write_result  # noqa: E402
 
 
 def make_inputs(batch: int, length: int, group_size: int, seed: int = 0):
@@ -58,7 +58,7 @@ def main() -> None:
     from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
     from dfpo import compute_dfpo_loss
-    from dfpo.hydra_config import actor_config_from
+    from dfpo.launch.compose import actor_config_from
 
     gspo = get_policy_loss_fn("gspo")
     cfg = actor_config_from(["actor_rollout_ref.actor.policy_loss.loss_mode=gspo"])
@@ -97,7 +97,9 @@ def main() -> None:
             for name, fn in runs.items():
                 samples[name] += time_fn(fn, 1)
         med = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
-        record["shapes"].append({"batch": batch, "length": length, "median_ms": {k: round(v, 2) for k, v in med.items()}})
+        record["shapes"].append(
+            {"batch": batch, "length": length, "median_ms": {k: round(v, 2) for k, v in med.items()}}
+        )
         print(
             f"| {batch} x {length} | {med['gspo']:.1f} | {med['min_replace']:.1f} | {med['min_replace'] / med['gspo']:.3f} "
             f"| {med['orth_proj']:.1f} | {med['orth_proj'] / med['gspo']:.3f} |"

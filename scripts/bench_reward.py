@@ -172,7 +172,11 @@ def bench_code(repeats: int) -> list[str]:
 
     levels = [level for level in sandbox_module.LEVELS if sandbox_module._probe(level)[0] is not None]
     # per level: sandboxes launched on demand (spares=0) and launched ahead (the default, spares=2)
-    variants = {f"{level} {kind}": sandbox_module.Sandbox(level, spares=spares) for level in levels for kind, spares in (("on demand", 0), ("ahead", 2))}
+    variants = {
+        f"{level} {kind}": sandbox_module.Sandbox(level, spares=spares)
+        for level in levels
+        for kind, spares in (("on demand", 0), ("ahead", 2))
+    }
     header = "| problem | bare python3 (ms) | " + " | ".join(f"{name} (ms) | / bare" for name in variants) + " |"
     lines = [
         f"Median of {repeats} runs per problem, variants interleaved round-robin; "
@@ -240,7 +244,7 @@ def _cpu_per_problem(levels: list[str], repeats: int) -> list[str]:
             cells[f"{level} {kind}"] = (_cpu_seconds() - started) / repeats
     bare = cells["bare python3"]
     return [
-        f"CPU time per problem, \"a+b, 1 test\" ({repeats} problems per variant, run alone; user + system "
+        f'CPU time per problem, "a+b, 1 test" ({repeats} problems per variant, run alone; user + system '
         "time of this process and its finished children, so launches made ahead are counted):",
         "",
         "| " + " | ".join(cells) + " |",
@@ -278,8 +282,7 @@ def main() -> int:
     if args.out:
         args.out.write_text(text)
     import torch
-
-    from dfpo.benchmark_record import environment, write_result
+    from benchmark_record import environment, write_result
 
     record = {
         "benchmark": "reward",

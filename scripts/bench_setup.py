@@ -36,7 +36,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from dfpo.benchmark_record import environment, import_seconds, mean, write_result  # noqa: E402
+from benchmark_record import environment, import_seconds, mean, write_result  # noqa: E402
 
 INSTALLERS = ("pip", "uv")
 # what each installer puts into the venv of its own (pip comes with every venv, at the version the
@@ -88,8 +88,15 @@ def one_run(work_dir: Path, installer: str, number: int) -> dict:
     done = subprocess.run(["bash", "scripts/install_env.sh"], cwd=project, env=env, capture_output=True, text=True)
     seconds = round(time.monotonic() - started, 1)
     if done.returncode != 0:
-        raise RuntimeError(f"DFPO_INSTALLER={installer} bash scripts/install_env.sh in {project} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    listed = subprocess.run([str(project / ".venv" / "bin" / "python"), "-c", LIST_DISTRIBUTIONS], capture_output=True, text=True, check=True)
+        raise RuntimeError(
+            f"DFPO_INSTALLER={installer} bash scripts/install_env.sh in {project} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        )
+    listed = subprocess.run(
+        [str(project / ".venv" / "bin" / "python"), "-c", LIST_DISTRIBUTIONS],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     result = {
         "installer": installer,
         "seconds": seconds,
@@ -107,7 +114,10 @@ def differences(runs: list[dict]) -> dict[str, dict[str, str | None]]:
     names = set().union(*(run["distributions"] for run in runs)) - INSTALLER_DISTRIBUTIONS
     out = {}
     for name in sorted(names):
-        versions = {f"run{number} ({run['installer']})": run["distributions"].get(name) for number, run in enumerate(runs, start=1)}
+        versions = {
+            f"run{number} ({run['installer']})": run["distributions"].get(name)
+            for number, run in enumerate(runs, start=1)
+        }
         if len(set(versions.values())) > 1:
             out[name] = versions
     return out
@@ -131,13 +141,15 @@ def summary(runs: list[dict]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=1, help="rounds of both installers (default 1)")
-    parser.add_argument("--work-dir", type=Path, default=None, help="where the fresh copies go (default: a new temporary directory)")
+    parser.add_argument(
+        "--work-dir", type=Path, default=None, help="where the fresh copies go (default: a new temporary directory)"
+    )
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     work_dir = (args.work_dir or Path(tempfile.mkdtemp(prefix="dfpo-bench-setup-"))).expanduser().resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
-    from dfpo.cpu.cpu_precision import probe
+    from cpu_backend.precision import probe
 
     record = {
         "benchmark": "setup",
@@ -150,7 +162,10 @@ def main(argv: list[str] | None = None) -> int:
             number = len(record["runs"]) + 1
             print(f"run {number}: round {round_number + 1}, DFPO_INSTALLER={installer}", flush=True)
             result = one_run(work_dir, installer, number)
-            print(f"run {number}: {result['seconds']} s, import verl, vllm {result['import_verl_vllm_s']} s, .venv {result['venv_bytes'] / 1e9:.1f} GB, {len(result['distributions'])} distributions", flush=True)
+            print(
+                f"run {number}: {result['seconds']} s, import verl, vllm {result['import_verl_vllm_s']} s, .venv {result['venv_bytes'] / 1e9:.1f} GB, {len(result['distributions'])} distributions",
+                flush=True,
+            )
             record["runs"].append(result)
     record["differences"] = differences(record["runs"])
     record["summary"] = summary(record["runs"])

@@ -4,7 +4,7 @@
     python scripts/bench_trainer_startup.py --rounds 3 --output-root /tmp/startup
 
 Each run is the quickstart's DFPO training run as the quickstart launches it
-(:func:`dfpo.quickstart.train`: ``python -m dfpo.main method=dfpo_min_replace
+(:func:`quickstart.pipeline.train`: ``python -m dfpo.main method=dfpo_min_replace
 base_model=smollm2_135m_cpu`` with the quickstart's knobs: one CPU rank, verl's vLLM rollout, the
 held-out validation before the first step) for 2 steps, with every Ray process under
 ``TORCHDYNAMO_DISABLE=1`` (off: torch.compile returns each function as written) or as the platform
@@ -38,8 +38,9 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from dfpo import quickstart  # noqa: E402
-from dfpo.benchmark_record import environment, mean, write_result  # noqa: E402
+from benchmark_record import environment, mean, write_result  # noqa: E402
+
+from quickstart import pipeline as quickstart  # noqa: E402
 
 STEPS = 2
 SETTINGS = ("off", "on")
@@ -52,7 +53,9 @@ def ready_seconds(log: Path, launched: datetime.datetime) -> float:
     match = READY.search(log.read_text(errors="replace"))
     if match is None:
         raise RuntimeError(f"{log} has no verl 'ready to fit' line")
-    ready = datetime.datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S").replace(microsecond=int(match.group(2)) * 1000)
+    ready = datetime.datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S").replace(
+        microsecond=int(match.group(2)) * 1000
+    )
     return round((ready - launched).total_seconds(), 1)
 
 
@@ -104,21 +107,28 @@ def summary(runs: list[dict]) -> dict:
                 "run_s": mean([r["run_s"] for r in mine]),
             }
     if len(by_setting) == 2:
-        by_setting["off_over_on"] = {key: round(by_setting["off"][key] / by_setting["on"][key], 2) for key in ("ready_to_fit_s", "run_s")}
+        by_setting["off_over_on"] = {
+            key: round(by_setting["off"][key] / by_setting["on"][key], 2) for key in ("ready_to_fit_s", "run_s")
+        }
     return by_setting
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=2, help="rounds of both settings (default 2)")
-    parser.add_argument("--output-root", type=Path, default=Path("outputs/bench_trainer_startup"), help="the runs' output roots (default outputs/bench_trainer_startup)")
+    parser.add_argument(
+        "--output-root",
+        type=Path,
+        default=Path("outputs/bench_trainer_startup"),
+        help="the runs' output roots (default outputs/bench_trainer_startup)",
+    )
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     root = args.output_root.expanduser().resolve()
     shared = root / "shared"
-    from dfpo.cpu.cpu_precision import probe
-    from dfpo.examples.prepare import prepare_pretrained
+    from cpu_backend.precision import probe
+    from cpu_examples.prepare import prepare_pretrained
 
     prepare_pretrained(shared, log=quickstart.say)
     record = {
@@ -133,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
             number = len(record["runs"]) + 1
             quickstart.say(f"run {number}: round {round_number + 1}, torch.compile {setting}")
             result = one_run(root, shared, setting, number)
-            quickstart.say(f"run {number}: ready to fit after {result['ready_to_fit_s']} s, steps {result['steps_s']}, {result['run_s']} s in all")
+            quickstart.say(
+                f"run {number}: ready to fit after {result['ready_to_fit_s']} s, steps {result['steps_s']}, {result['run_s']} s in all"
+            )
             record["runs"].append(result)
     record["summary"] = summary(record["runs"])
     print(json.dumps(record["summary"], indent=2))

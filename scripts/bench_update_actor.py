@@ -25,11 +25,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dfpo.benchmark_record import environment, write_result  # noqa: E402
+from benchmark_record import environment, write_result  # noqa: E402
+
 from tests.integration import cpu_verl_harness as h  # noqa: E402
 
 DFPO = [
-    "actor_rollout_ref.actor.policy_loss._target_=dfpo.loss_config.DFPOPolicyLossConfig",
+    "actor_rollout_ref.actor.policy_loss._target_=dfpo.verl.loss_config.DFPOPolicyLossConfig",
     "actor_rollout_ref.actor.policy_loss.loss_mode=dfpo",
 ]
 GSPO = [
@@ -43,7 +44,7 @@ GSPO = [
 def build(kind: str, model_dir: str, overrides: list[str]):
     from verl.workers.engine_workers import ActorRolloutRefWorker
 
-    from dfpo.workers import DFPOActorRolloutRefWorker
+    from dfpo.verl.workers import DFPOActorRolloutRefWorker
 
     cfg = h.compose_actor_config(model_dir, overrides)
     cls = DFPOActorRolloutRefWorker if kind == "dfpo" else ActorRolloutRefWorker
@@ -66,19 +67,30 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, h.single_process_group():
         spec = dataclasses.replace(h.TINY_MODEL, hidden_size=64, intermediate_size=128)
         model_dir = h.save_tiny_model(Path(tmp) / "model", seed=0, spec=spec)
-        batch = h.make_batch(model_dir, h.BatchSpec(num_prompts=args.prompts, n=args.n, response_len=tuple(args.response_len), seed=0))
+        batch = h.make_batch(
+            model_dir, h.BatchSpec(num_prompts=args.prompts, n=args.n, response_len=tuple(args.response_len), seed=0)
+        )
         record = {
             "benchmark": "update_actor",
             "command": "python scripts/bench_update_actor.py " + " ".join(sys.argv[1:]),
             "environment": environment(),
             "settings": {
-                "prompts": args.prompts, "n": args.n, "response_len": list(args.response_len), "micro_batch": args.micro,
-                "repeats": args.repeats, "threads": torch.get_num_threads(), "model": "tiny Qwen2, 2 layers, hidden 64",
+                "prompts": args.prompts,
+                "n": args.n,
+                "response_len": list(args.response_len),
+                "micro_batch": args.micro,
+                "repeats": args.repeats,
+                "threads": torch.get_num_threads(),
+                "model": "tiny Qwen2, 2 layers, hidden 64",
             },
             "mini_batches": [],
         }
-        print(f"# batch: {args.prompts} prompts x {args.n} responses, responses {args.response_len[0]}-{args.response_len[1]} tokens, micro-batch {args.micro}")
-        print("| mini-batches | GSPO update_actor (s) | DFPO update_actor (s) | DFPO/GSPO | extra per mini-batch (s) | no-grad forward of a mini-batch (s) |")
+        print(
+            f"# batch: {args.prompts} prompts x {args.n} responses, responses {args.response_len[0]}-{args.response_len[1]} tokens, micro-batch {args.micro}"
+        )
+        print(
+            "| mini-batches | GSPO update_actor (s) | DFPO update_actor (s) | DFPO/GSPO | extra per mini-batch (s) | no-grad forward of a mini-batch (s) |"
+        )
         print("|---|---|---|---|---|---|")
         for mini_batches in (1, 4):
             common = [
@@ -109,7 +121,13 @@ def main() -> None:
             extra = (d - g) / max(mini_batches - 1, 1) if mini_batches > 1 else d - g
             print(f"| {mini_batches} | {g:.3f} | {d:.3f} | {d / g:.3f} | {extra:.3f} | {f:.3f} |")
             record["mini_batches"].append(
-                {"mini_batches": mini_batches, "gspo_s": round(g, 4), "dfpo_s": round(d, 4), "extra_per_mini_batch_s": round(extra, 4), "forward_of_a_mini_batch_s": round(f, 4)}
+                {
+                    "mini_batches": mini_batches,
+                    "gspo_s": round(g, 4),
+                    "dfpo_s": round(d, 4),
+                    "extra_per_mini_batch_s": round(extra, 4),
+                    "forward_of_a_mini_batch_s": round(f, 4),
+                }
             )
             del data
     print(f"wrote {write_result('update_actor', str(torch.backends.cpu.get_cpu_capability()), record)}")

@@ -61,8 +61,14 @@ def measure(model_dir: Path, train: Path, test: Path, block_size: int, repeats: 
 
     tokens = sequence_tokens()
     llm = LLM(
-        model=str(model_dir), dtype=dtype, enforce_eager=True, max_model_len=tokens,
-        max_num_batched_tokens=tokens * 4, enable_prefix_caching=True, block_size=block_size, seed=1,
+        model=str(model_dir),
+        dtype=dtype,
+        enforce_eager=True,
+        max_model_len=tokens,
+        max_num_batched_tokens=tokens * 4,
+        enable_prefix_caching=True,
+        block_size=block_size,
+        seed=1,
     )
     workloads = {
         "validation_41x8": (prompts(model_dir, test, None), 8, 0.6),
@@ -76,14 +82,19 @@ def measure(model_dir: Path, train: Path, test: Path, block_size: int, repeats: 
         for _ in range(repeats):
             llm.reset_prefix_cache()
             started = time.perf_counter()
-            outputs = llm.generate(requests, SamplingParams(temperature=temperature, max_tokens=MAX_NEW), use_tqdm=False)
+            outputs = llm.generate(
+                requests, SamplingParams(temperature=temperature, max_tokens=MAX_NEW), use_tqdm=False
+            )
             best = min(best, time.perf_counter() - started)
         generated = sum(len(o.outputs[0].token_ids) for o in outputs)
         cached = sum(o.num_cached_tokens or 0 for o in outputs)
         prompt_tokens = sum(len(o.prompt_token_ids) for o in outputs)
         result[name] = {
-            "requests": len(requests), "seconds": round(best, 2), "generated_tokens": generated,
-            "prompt_tokens": prompt_tokens, "cached_prompt_tokens": cached,
+            "requests": len(requests),
+            "seconds": round(best, 2),
+            "generated_tokens": generated,
+            "prompt_tokens": prompt_tokens,
+            "cached_prompt_tokens": cached,
         }
     return result
 
@@ -91,28 +102,57 @@ def measure(model_dir: Path, train: Path, test: Path, block_size: int, repeats: 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output-root", type=Path, default=Path("/tmp/bench_block_size"))
-    parser.add_argument("--block-sizes", type=int, nargs="+", default=[128, 32], help="the first is the anchor (vLLM's CPU default: 128)")
-    parser.add_argument("--dtypes", nargs="+", choices=("float32", "bfloat16"), default=["float32"], help="the first is the anchor")
+    parser.add_argument(
+        "--block-sizes",
+        type=int,
+        nargs="+",
+        default=[128, 32],
+        help="the first is the anchor (vLLM's CPU default: 128)",
+    )
+    parser.add_argument(
+        "--dtypes", nargs="+", choices=("float32", "bfloat16"), default=["float32"], help="the first is the anchor"
+    )
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: measure one block size in this process
     parser.add_argument("--one-dtype", default="float32", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    from dfpo.examples.prepare import prepare_pretrained
+    from cpu_examples.prepare import prepare_pretrained
 
-    model_dir, train, test = prepare_pretrained(args.output_root.resolve(), log=lambda message: print(message, file=sys.stderr))
+    model_dir, train, test = prepare_pretrained(
+        args.output_root.resolve(), log=lambda message: print(message, file=sys.stderr)
+    )
     if args.one is not None:
         print(json.dumps(measure(model_dir, train, test, args.one, args.repeats, args.one_dtype)))
         return 0
-    from dfpo.benchmark_record import environment, write_result
-    from dfpo.cpu.cpu_precision import probe
-    from dfpo.cpu.vllm_cpu import omp_threads_bind
+    from benchmark_record import environment, write_result
 
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": omp_threads_bind(1, sorted(os.sched_getaffinity(0)))}
+    from cpu_backend.precision import probe
+    from cpu_backend.vllm_cpu import omp_threads_bind
+
+    env = {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_CPU_OMP_THREADS_BIND": omp_threads_bind(1, sorted(os.sched_getaffinity(0))),
+    }
+
     def one(block_size: int, dtype: str) -> dict | None:
         done = subprocess.run(
-            [sys.executable, __file__, "--output-root", str(args.output_root), "--repeats", str(args.repeats),
-             "--one", str(block_size), "--one-dtype", dtype],
-            env=env, capture_output=True, text=True, cwd=REPO_ROOT,
+            [
+                sys.executable,
+                __file__,
+                "--output-root",
+                str(args.output_root),
+                "--repeats",
+                str(args.repeats),
+                "--one",
+                str(block_size),
+                "--one-dtype",
+                dtype,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=REPO_ROOT,
         )
         if done.returncode != 0:
             sys.stderr.write(done.stderr[-4000:])
@@ -133,14 +173,25 @@ def main(argv: list[str] | None = None) -> int:
         if by_dtype[dtype] is None:
             return 1
     anchor = runs[str(args.block_sizes[0])]
-    ratios = {size: {name: round(run[name]["seconds"] / anchor[name]["seconds"], 3) for name in run} for size, run in runs.items()}
+    ratios = {
+        size: {name: round(run[name]["seconds"] / anchor[name]["seconds"], 3) for name in run}
+        for size, run in runs.items()
+    }
     tokens = sequence_tokens()
     result = {
         "benchmark": "vllm_cpu_block_size",
-        "command": "python scripts/bench_vllm_cpu_block_size.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python scripts/bench_vllm_cpu_block_size.py "
+        + " ".join(argv if argv is not None else sys.argv[1:]),
         "environment": environment(),
-        "settings": {"dtype": args.dtypes[0], "enforce_eager": True, "max_model_len": tokens, "max_num_batched_tokens": tokens * 4,
-                     "enable_prefix_caching": True, "VLLM_CPU_KVCACHE_SPACE": env["VLLM_CPU_KVCACHE_SPACE"], "VLLM_CPU_OMP_THREADS_BIND": env["VLLM_CPU_OMP_THREADS_BIND"]},
+        "settings": {
+            "dtype": args.dtypes[0],
+            "enforce_eager": True,
+            "max_model_len": tokens,
+            "max_num_batched_tokens": tokens * 4,
+            "enable_prefix_caching": True,
+            "VLLM_CPU_KVCACHE_SPACE": env["VLLM_CPU_KVCACHE_SPACE"],
+            "VLLM_CPU_OMP_THREADS_BIND": env["VLLM_CPU_OMP_THREADS_BIND"],
+        },
         "by_block_size": runs,
         "seconds_over_anchor": ratios,
     }
@@ -148,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         result["dtype_block_size"] = int(last)
         result["by_dtype"] = by_dtype
         result["dtype_seconds_over_anchor"] = {
-            dtype: {name: round(run[name]["seconds"] / by_dtype[args.dtypes[0]][name]["seconds"], 3) for name in run} for dtype, run in by_dtype.items()
+            dtype: {name: round(run[name]["seconds"] / by_dtype[args.dtypes[0]][name]["seconds"], 3) for name in run}
+            for dtype, run in by_dtype.items()
         }
     path = write_result("vllm_cpu_block_size", probe().capability, result)
     print(json.dumps(result, indent=2))

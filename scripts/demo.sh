@@ -9,4 +9,4 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck disable=SC1091
 source scripts/setup_env.sh
-python -m dfpo.demo "$@"
+python -m demo "$@"

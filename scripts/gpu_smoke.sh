@@ -17,8 +17,8 @@
 # "What to verify on the first GPU run".
 #
 # --cpu runs every stage through the same code on a machine without a GPU, with the CPU stack
-# (scripts/setup_env.sh): python -m dfpo.doctor --stack cpu; the toy data and the CPU recipes' tiny
-# Qwen3 (python -m dfpo.examples.prepare, no download; MODEL_PATH overrides the model); 2 DFPO steps of
+# (scripts/setup_env.sh): python -m dfpo.launch.doctor --stack cpu; the toy data and the CPU recipes' tiny
+# Qwen3 (python -m cpu_examples.prepare, no download; MODEL_PATH overrides the model); 2 DFPO steps of
 # recipes/run_dfpo_min_replace_tiny_cpu.sh with ROLLOUT_NAME=vllm (verl's vLLM replica, server and
 # weight sync on vLLM's CPU build) on GPUS_PER_NODE=1 CPU rank by default, their checks with fp32
 # bounds; the bypass-mode step (one rank); verl.model_merger; and the vLLM evaluation backend on CPU. What it
@@ -39,7 +39,7 @@ done
 if [[ "$cpu" == 1 ]]; then
     output_root="${OUTPUT_ROOT:-$HOME/dfpo_cpu_smoke}"
     recipe=run_dfpo_min_replace_tiny_cpu.sh
-    model_path="${MODEL_PATH:-$output_root/models/tiny_qwen3_cpu}"  # dfpo.examples.prepare builds it there
+    model_path="${MODEL_PATH:-$output_root/models/tiny_qwen3_cpu}"  # cpu_examples.prepare builds it there
     mode="gpu_smoke --cpu"
 else
     : "${MODEL_PATH:?set MODEL_PATH to a local Qwen3-0.6B checkpoint directory, e.g. MODEL_PATH=\$HOME/models/Qwen3-0.6B bash scripts/gpu_smoke.sh (or run bash scripts/gpu_smoke.sh --cpu without a GPU)}"
@@ -73,17 +73,17 @@ doctor() {
     if [[ "$cpu" == 1 ]]; then
         # the tiny model is built by the next stage; a MODEL_PATH given is checked
         [[ -z "${MODEL_PATH:-}" ]] || paths+=(MODEL_PATH="$MODEL_PATH")
-        env "${paths[@]}" "$python" -m dfpo.doctor --stack cpu
+        env "${paths[@]}" "$python" -m dfpo.launch.doctor --stack cpu
     else
-        env "${paths[@]}" MODEL_PATH="$MODEL_PATH" "$python" -m dfpo.doctor
+        env "${paths[@]}" MODEL_PATH="$MODEL_PATH" "$python" -m dfpo.launch.doctor
     fi
 }
 
 data() {
     if [[ "$cpu" == 1 ]]; then  # the toy data through data_prep and the tiny model, as the CPU recipes build them
-        "$python" -m dfpo.examples.prepare --output-root "$output_root"
+        "$python" -m cpu_examples.prepare --output-root "$output_root"
     else
-        "$python" -c 'import sys; from pathlib import Path; from dfpo.examples.toy_task import prepare_parquet; prepare_parquet(Path(sys.argv[1]))' "$data_dir"
+        "$python" -c 'import sys; from pathlib import Path; from cpu_examples.addition_task import prepare_parquet; prepare_parquet(Path(sys.argv[1]))' "$data_dir"
     fi
 }
 
@@ -95,7 +95,7 @@ train() {  # train EXPERIMENT STEPS OLD_LOG_PROBS RANKS [hydra overrides...]; RA
     ((steps < 2)) || { set -- "$@" actor_rollout_ref.actor.policy_loss.dfpo_measure_update_kl=true; checks=(--weight-sync); }
     # the recipe's LR (1e-6) moves Qwen3-0.6B too little in one step for the weight-sync check to
     # tell a rollout one update behind from bf16's own differences (it needs update_kl >= 0.05 at
-    # bf16, dfpo/run_checks.py); two steps at SMOKE_LR (default 1e-4) are a plumbing test, not training
+    # bf16, dfpo/operations/run_checks.py); two steps at SMOKE_LR (default 1e-4) are a plumbing test, not training
     local knobs=("LR=${SMOKE_LR:-1e-4}")
     if [[ "$cpu" == 1 ]]; then
         knobs=(ROLLOUT_NAME=vllm "GPUS_PER_NODE=${ranks:-${GPUS_PER_NODE:-1}}")  # the tiny recipe's own LR (1e-3)
@@ -111,7 +111,7 @@ train() {  # train EXPERIMENT STEPS OLD_LOG_PROBS RANKS [hydra overrides...]; RA
         bash "$repo_root/recipes/$recipe" "$@" || return 1
     log="$(newest_log "$experiment")"
     [[ -n "$log" ]] || { echo "no file log under $log_dir" >&2; return 1; }
-    "$python" -m dfpo.run_checks "$log" --steps "$steps" --dfpo --old-log-probs "$old" --rollout-numerics "$numerics" "${checks[@]}"
+    "$python" -m dfpo.operations.run_checks "$log" --steps "$steps" --dfpo --old-log-probs "$old" --rollout-numerics "$numerics" "${checks[@]}"
 }
 
 merge() {
@@ -127,7 +127,7 @@ evaluate() {
     # on CPU: eager and float32 as the training ran (the KV cache: VLLM_CPU_KVCACHE_SPACE, else 1 GiB);
     # the tiny model answers in about 10 tokens
     [[ "$cpu" == 0 ]] || backend_args=(--max-new-tokens 16 --enforce-eager --dtype float32)
-    "$python" -m dfpo.evaluation.generate --model "$model" --data "$data_dir/arithmetic_test.parquet" \
+    "$python" -m evaluation.generate --model "$model" --data "$data_dir/arithmetic_test.parquet" \
         --output-dir "$output_root/eval" --backend vllm --k 2 --limit 2 "${backend_args[@]}" \
         --chat-template-kwargs '{"enable_thinking": false}' --overwrite --no-progress &&
         [[ -f "$output_root/eval/summary.json" ]]
@@ -137,10 +137,10 @@ mkdir -p "$data_dir"
 cd "$repo_root" || exit 1
 rm -rf "$output_root/merged" "$output_root/eval"
 if [[ "$cpu" == 1 ]]; then
-    stage "environment (python -m dfpo.doctor --stack cpu)" doctor
-    stage "toy data and tiny model (dfpo.examples.prepare)" data
+    stage "environment (python -m dfpo.launch.doctor --stack cpu)" doctor
+    stage "toy data and tiny model (cpu_examples.prepare)" data
 else
-    stage "environment (python -m dfpo.doctor)" doctor
+    stage "environment (python -m dfpo.launch.doctor)" doctor
     stage "toy data (data_prep)" data
 fi
 stage "train DFPO 2 steps (vLLM rollout)" train dfpo 2 recomputed ""

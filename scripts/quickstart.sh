@@ -6,7 +6,7 @@
 # validation (avg@k with bootstrap CIs), the report table and figures printed, report/quickstart.json written.
 #   bash scripts/quickstart.sh                          # the defaults (docs/cpu.md: time measured)
 #   bash scripts/quickstart.sh --methods dfpo_min_replace gspo  # with the GSPO baseline (about twice as long)
-#   bash scripts/quickstart.sh --steps 6 --k 16 --seed 2  # options: python -m dfpo.quickstart --help
+#   bash scripts/quickstart.sh --steps 6 --k 16 --seed 2  # options: python -m quickstart --help
 # On a fresh machine scripts/setup_env.sh first creates .venv and installs the pinned CPU
 # requirements and this project (a few minutes, once). Writes under outputs/quickstart (or
 # OUTPUT_ROOT): logs/, checkpoints/, models/, data/, validation/, evals/ and report/.
@@ -15,4 +15,4 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck disable=SC1091
 source scripts/setup_env.sh
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
-python -m dfpo.quickstart "$@"
+python -m quickstart "$@"

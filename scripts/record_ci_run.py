@@ -41,10 +41,20 @@ SETUP_DONE_MARK = "[setup] .venv ready"
 # preemption: each pattern's groups become the named fields of the record's ``recovery``
 RECOVERY_LINES = (
     (re.compile(r"2-node cluster up in (\d+) s"), ("cluster_up_s",)),
-    (re.compile(r"first run: worker node lost after step 1's checkpoint \((\d+) processes killed\); the run ended (\d+) s later"),
-     ("processes_killed", "node_loss_to_exit_s")),
-    (re.compile(r"preempted run: SIGTERM after step (\d+); the run ended (\d+) s later"), ("sigterm_after_step", "sigterm_to_exit_s")),
-    (re.compile(r"ray job submit run \(resumed on 2 nodes after the SIGTERM'd launch\), followed: (\d+) s"), ("resumed_job_s",)),
+    (
+        re.compile(
+            r"first run: worker node lost after step 1's checkpoint \((\d+) processes killed\); the run ended (\d+) s later"
+        ),
+        ("processes_killed", "node_loss_to_exit_s"),
+    ),
+    (
+        re.compile(r"preempted run: SIGTERM after step (\d+); the run ended (\d+) s later"),
+        ("sigterm_after_step", "sigterm_to_exit_s"),
+    ),
+    (
+        re.compile(r"ray job submit run \(resumed on 2 nodes after the SIGTERM'd launch\), followed: (\d+) s"),
+        ("resumed_job_s",),
+    ),
 )
 IMPORT_REPEATS = 3  # `import verl, vllm` timed after the run, in .venv's Python (the record's import_verl_vllm_s)
 # the last line of tests/disk_space.py's terminal summary
@@ -59,7 +69,13 @@ def disk(output: str) -> dict:
     one's start, at the lowest of any (and where), at the last one's end, and the most any session
     used (empty if the run printed none)."""
     sessions = [
-        {"free_start_gb": float(start), "free_lowest_gb": float(lowest), "lowest_at": where, "free_end_gb": float(end), "used_peak_gb": float(used)}
+        {
+            "free_start_gb": float(start),
+            "free_lowest_gb": float(lowest),
+            "lowest_at": where,
+            "free_end_gb": float(end),
+            "used_peak_gb": float(used),
+        }
         for start, lowest, where, end, used in DISK_LINE.findall(output)
     ]
     if not sessions:
@@ -106,13 +122,17 @@ def junit_summary(*paths: Path) -> dict:
         else:
             counts["passed"] += 1
     captured = "\n".join(element.text or "" for suite in suites for element in suite.iter("system-err"))
-    part_seconds = {path.stem: round(float(suite.get("time", 0.0)), 1) for path, suite in zip(paths, suites, strict=True)}
+    part_seconds = {
+        path.stem: round(float(suite.get("time", 0.0)), 1) for path, suite in zip(paths, suites, strict=True)
+    }
     return {
         "pytest_seconds": round(sum(part_seconds.values()), 1),
         "pytest_seconds_per_part": part_seconds,
         "recovery": recovery(captured),
         **counts,
-        "seconds_per_module": {name: round(seconds, 1) for name, seconds in sorted(per_module.items(), key=lambda item: -item[1])},
+        "seconds_per_module": {
+            name: round(seconds, 1) for name, seconds in sorted(per_module.items(), key=lambda item: -item[1])
+        },
         "slowest_tests": [[name, round(seconds, 1)] for name, seconds in sorted(tests, key=lambda item: -item[1])[:15]],
     }
 
@@ -142,7 +162,9 @@ def main() -> int:
         started = time.monotonic()
         setup_seconds = None
         disk_lines = []  # tests/disk_space.py's summary line: the only output the record reads
-        process = subprocess.Popen(["bash", ".ci/run"], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        process = subprocess.Popen(
+            ["bash", ".ci/run"], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         assert process.stdout is not None
         for line in process.stdout:
             sys.stdout.write(line)
@@ -160,21 +182,29 @@ def main() -> int:
             "seconds": total,
             "setup_seconds": setup_seconds,
             "disk": disk("".join(disk_lines)),
-            **(junit_summary(*reports) if (reports := junit_reports(Path(tmp))) else {"junit": "pytest wrote no report"}),
+            **(
+                junit_summary(*reports)
+                if (reports := junit_reports(Path(tmp)))
+                else {"junit": "pytest wrote no report"}
+            ),
         }
     python = REPO_ROOT / ".venv" / "bin" / "python"
     # the machine's own speed beside the run's: machines of one kind differ in speed from one run
     # to the next (docs/cpu.md's CI records), which a launch's chain of imports shows first
     # (benchmark_record.import_seconds)
     code = (
-        "import json, sys, torch; from dfpo.benchmark_record import environment, import_seconds, write_result; "
+        "import json, sys, torch; sys.path.insert(0, 'scripts'); from benchmark_record import environment, import_seconds, write_result; "
         "record = json.loads(sys.stdin.read()); record['environment'] = environment(); "
         f"record['import_verl_vllm_s'] = import_seconds(sys.executable, repeats={IMPORT_REPEATS}); "
         "print(write_result('ci_run', str(torch.backends.cpu.get_cpu_capability()), record))"
     )
-    written = subprocess.run([str(python), "-c", code], cwd=REPO_ROOT, input=json.dumps(record), capture_output=True, text=True)
+    written = subprocess.run(
+        [str(python), "-c", code], cwd=REPO_ROOT, input=json.dumps(record), capture_output=True, text=True
+    )
     if written.returncode != 0:
-        print(f"record_ci_run: could not write the record with {python}:\n{written.stderr}\n{json.dumps(record, indent=2)}")
+        print(
+            f"record_ci_run: could not write the record with {python}:\n{written.stderr}\n{json.dumps(record, indent=2)}"
+        )
         return returncode or 1
     print(f"record_ci_run: {total:.0f} s in all (set-up {setup_seconds} s); wrote {written.stdout.strip()}")
     return returncode

@@ -27,11 +27,13 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from dfpo.quickstart import time_table  # noqa: E402
+from quickstart.pipeline import time_table  # noqa: E402
 
 RESULTS = REPO_ROOT / "benchmarks" / "results"
 DOCS = ("README.md", "BENCHMARKS.md", "docs/*.md")
-BLOCK = re.compile(r"(<!-- results: (?P<pattern>\S+)(?: (?P<view>\S+))? -->\n)(?P<body>.*?)(<!-- /results -->)", re.DOTALL)
+BLOCK = re.compile(
+    r"(<!-- results: (?P<pattern>\S+)(?: (?P<view>\S+))? -->\n)(?P<body>.*?)(<!-- /results -->)", re.DOTALL
+)
 NAME = re.compile(r"^(?P<name>[a-z0-9_]+)-\d{4}-\d{2}-\d{2}T\d{4}-[a-z0-9_]+\.json$")
 
 
@@ -89,18 +91,32 @@ def render_main_job_runs(files: list[Path], prefix: str) -> str:
             raise ResultsError(f"{path.name}: a main_job row is one finished run, the file has {len(found)}")
         runs.append((path, data, found[0]))
     methods = [key for key in QUICKSTART_LABELS if any(key in run["quickstart"]["held_out"] for _, _, run in runs)]
-    header = ["run", "seed", "start (no RL) avg@8 (95 % CI)", *(f"{QUICKSTART_LABELS[m]} avg@8 (95 % CI)" for m in methods), "steps per method", "after set-up (s)"]
+    header = [
+        "run",
+        "seed",
+        "start (no RL) avg@8 (95 % CI)",
+        *(f"{QUICKSTART_LABELS[m]} avg@8 (95 % CI)" for m in methods),
+        "steps per method",
+        "after set-up (s)",
+    ]
     rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for path, data, run in runs:
         q, h = run["quickstart"], run["quickstart"]["held_out"]
-        cells = [f"{data['environment']['date'][:16].replace('T', ' ')} UTC, commit {data['environment']['commit']}", str(run["seed"]), cell(h["start"])]
+        cells = [
+            f"{data['environment']['date'][:16].replace('T', ' ')} UTC, commit {data['environment']['commit']}",
+            str(run["seed"]),
+            cell(h["start"]),
+        ]
         cells += [cell(h[m]) if m in h else "not trained" for m in methods]
         cells += [str(q["steps"]), f"**{q['seconds']['total']:.0f}** ({q['seconds']['total'] / 60:.1f} min)"]
         rows.append("| " + " | ".join(cells) + " |")
     _, first_data, first_run = runs[0]
     commands = " and ".join(f"`{command}`" for command in sorted({data["command"] for _, data, _ in runs}))
     listed = ", ".join(link(path, prefix) for path, _, _ in runs)
-    rows += ["", f"{capability(first_run)}. {stack(first_data['environment'])}. Files: {listed}, written by {commands}."]
+    rows += [
+        "",
+        f"{capability(first_run)}. {stack(first_data['environment'])}. Files: {listed}, written by {commands}.",
+    ]
     return "\n".join(rows)
 
 
@@ -108,17 +124,24 @@ def render_quickstart_seeds(files: list[Path], view: str | None, prefix: str) ->
     if view == "main_job" and len(files) > 1:
         return render_main_job_runs(files, prefix)
     if len(files) != 1:
-        raise ResultsError(f"a quickstart_seeds block names one file (several only in the main_job view), got {[f.name for f in files]}")
+        raise ResultsError(
+            f"a quickstart_seeds block names one file (several only in the main_job view), got {[f.name for f in files]}"
+        )
     path = files[0]
     data = json.loads(path.read_text())
     runs = finished(data)
     if not runs:
         raise ResultsError(f"{path.name}: no seed finished")
     if view in (None, "seeds"):
-        rows = ["| seed | start avg@8 (95 % CI) | DFPO (Min-Replace) avg@8 (95 % CI) | gain (points) | bar met (`target_met`) | run (s) |", "|---|---|---|---|---|---|"]
+        rows = [
+            "| seed | start avg@8 (95 % CI) | DFPO (Min-Replace) avg@8 (95 % CI) | gain (points) | bar met (`target_met`) | run (s) |",
+            "|---|---|---|---|---|---|",
+        ]
         for run in runs:
             h = run["quickstart"]["held_out"]
-            rows.append(f"| {run['seed']} | {cell(h['start'])} | {cell(h['dfpo_min_replace'])} | {100 * h['dfpo_gain']:+.1f} | {'yes' if h['target_met'] else 'no'} | {run['seconds']:.0f} |")
+            rows.append(
+                f"| {run['seed']} | {cell(h['start'])} | {cell(h['dfpo_min_replace'])} | {100 * h['dfpo_gain']:+.1f} | {'yes' if h['target_met'] else 'no'} | {run['seconds']:.0f} |"
+            )
         s = data["summary"]
         rows.append("")
         rows.append(
@@ -146,7 +169,10 @@ def render_quickstart_seeds(files: list[Path], view: str | None, prefix: str) ->
         if "memory" in run:
             m = run["memory"]
             top = ", ".join(f"{name} {size:.1f}" for name, size in m["largest_processes_at_the_run_peak_gib"][:4])
-            rows += ["", f"Memory, sampled every {m['interval_s']:.0f} s: the run's processes peaked at {m['run_rss_peak_gib']:.1f} GiB RSS in all (largest: {top} GiB; RSS counts shared libraries once per process), the machine at {m['machine_used_peak_gib']:.1f} of {m['machine_total_gib']:.1f} GiB used."]
+            rows += [
+                "",
+                f"Memory, sampled every {m['interval_s']:.0f} s: the run's processes peaked at {m['run_rss_peak_gib']:.1f} GiB RSS in all (largest: {top} GiB; RSS counts shared libraries once per process), the machine at {m['machine_used_peak_gib']:.1f} of {m['machine_total_gib']:.1f} GiB used.",
+            ]
         rows += ["", f"{capability(run)}. {machine(data)}. File: {link(path, prefix)}, written by `{data['command']}`."]
         return "\n".join(rows)
     raise ResultsError(f"quickstart_seeds has the views seeds, main_job and time, not {view!r}")
@@ -157,11 +183,16 @@ def render_quickstart_seeds_negated(files: list[Path], view: str | None, prefix:
         raise ResultsError(f"a quickstart_seeds_negated block names one file, got {[f.name for f in files]}")
     path = files[0]
     data = json.loads(path.read_text())
-    rows = ["| seed | start avg@8 (95 % CI) | DFPO (Min-Replace) on the negated reward, avg@8 (95 % CI) | change (points) |", "|---|---|---|---|"]
+    rows = [
+        "| seed | start avg@8 (95 % CI) | DFPO (Min-Replace) on the negated reward, avg@8 (95 % CI) | change (points) |",
+        "|---|---|---|---|",
+    ]
     runs = finished(data)
     for run in runs:
         h = run["quickstart"]["held_out"]
-        rows.append(f"| {run['seed']} | {cell(h['start'])} | {cell(h['dfpo_min_replace'])} | {100 * h['dfpo_gain']:+.1f} |")
+        rows.append(
+            f"| {run['seed']} | {cell(h['start'])} | {cell(h['dfpo_min_replace'])} | {100 * h['dfpo_gain']:+.1f} |"
+        )
     rows += ["", f"{capability(runs[0])}. {machine(data)}. File: {link(path, prefix)}, written by `{data['command']}`."]
     return "\n".join(rows)
 
@@ -199,9 +230,15 @@ def render_vllm_cpu_block_size(files: list[Path], view: str | None, prefix: str)
         for workload in ("validation_41x8", "training_step_4x8"):
             anchor, small = by["128"][workload], by["32"][workload]
             ratio = d["seconds_over_anchor"]["32"][workload]
-            cached = f" ({anchor['cached_prompt_tokens']:,} / {small['cached_prompt_tokens']:,} of {small['prompt_tokens']:,})" if workload.startswith("validation") else ""
+            cached = (
+                f" ({anchor['cached_prompt_tokens']:,} / {small['cached_prompt_tokens']:,} of {small['prompt_tokens']:,})"
+                if workload.startswith("validation")
+                else ""
+            )
             parts.append(f"{anchor['seconds']:.1f} s / {small['seconds']:.1f} s, {ratio:.2f}x{cached}")
-        rows.append(f"| {link(path, prefix)} | {env['cpu']} ({env['cores']} vCPU; torch {env['torch']}, vllm {env['vllm']}) | {parts[0]} | {parts[1]} |")
+        rows.append(
+            f"| {link(path, prefix)} | {env['cpu']} ({env['cores']} vCPU; torch {env['torch']}, vllm {env['vllm']}) | {parts[0]} | {parts[1]} |"
+        )
     return "\n".join(rows)
 
 
@@ -213,7 +250,9 @@ def render_vllm_cpu_dtypes(files: list[Path], prefix: str) -> str:
     measured = [(path, json.loads(path.read_text())) for path in files]
     measured = [(path, d) for path, d in measured if "by_dtype" in d]
     if not measured:
-        raise ResultsError(f"none of {[p.name for p in files]} measured more than one dtype (--dtypes float32 bfloat16)")
+        raise ResultsError(
+            f"none of {[p.name for p in files]} measured more than one dtype (--dtypes float32 bfloat16)"
+        )
     for path, d in measured:
         env, by, ratio = d["environment"], d["by_dtype"], d["dtype_seconds_over_anchor"]
         cells = [
@@ -248,7 +287,9 @@ def render_sums_prompts(files: list[Path], view: str | None, prefix: str) -> str
     rows.append("")
     for path in files:
         d = json.loads(path.read_text())
-        rows.append(f"{link(path, prefix)}: {machine(d)}; vLLM in {d['settings']['dtype']}, {d['settings']['k']} samples per problem, {d['settings']['repeats']} draws from an engine seeded {d['settings']['seed']}.")
+        rows.append(
+            f"{link(path, prefix)}: {machine(d)}; vLLM in {d['settings']['dtype']}, {d['settings']['k']} samples per problem, {d['settings']['repeats']} draws from an engine seeded {d['settings']['seed']}."
+        )
     return "\n".join(rows)
 
 
@@ -262,7 +303,10 @@ def footers(files: list[Path], prefix: str) -> list[str]:
 
 
 def render_loss(files: list[Path], view: str | None, prefix: str) -> str:
-    rows = ["| file | B x T | GSPO fwd+bwd (ms) | DFPO min_replace (ms) | ratio | DFPO orth_proj (ms) | ratio |", "|---|---|---|---|---|---|---|"]
+    rows = [
+        "| file | B x T | GSPO fwd+bwd (ms) | DFPO min_replace (ms) | ratio | DFPO orth_proj (ms) | ratio |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for path in files:
         d = json.loads(path.read_text())
         for shape in d["shapes"]:
@@ -306,10 +350,16 @@ def render_ci_run(files: list[Path], view: str | None, prefix: str) -> str:
         d = json.loads(path.read_text())
         rows = ["| test module (its fixtures' runs included) | seconds |", "|---|---|"]
         if len(d.get("pytest_seconds_per_part", {})) > 1:  # the parallel part's modules ran on several workers at once
-            rows[0] = "| test module (its fixtures' runs included; the parallel part's on one of its workers) | seconds |"
+            rows[0] = (
+                "| test module (its fixtures' runs included; the parallel part's on one of its workers) | seconds |"
+            )
         rows += [f"| `{name}` | {seconds:.0f} |" for name, seconds in list(d["seconds_per_module"].items())[:12]]
         rest = sum(list(d["seconds_per_module"].values())[12:])
-        rows += [f"| the other {len(d['seconds_per_module']) - 12} modules | {rest:.0f} |", "", f"{machine(d)}. File: {link(path, prefix)}."]
+        rows += [
+            f"| the other {len(d['seconds_per_module']) - 12} modules | {rest:.0f} |",
+            "",
+            f"{machine(d)}. File: {link(path, prefix)}.",
+        ]
         return "\n".join(rows)
     rows = [
         "| file | processor | whole run | set-up | pytest | passed / failed / skipped | exit | disk used at most | `import verl, vllm` after |",
@@ -369,8 +419,11 @@ def render_trainer_startup(files: list[Path], view: str | None, prefix: str) -> 
         path,
         ["torch.compile", "launch to ready to fit (s)", "the 2 steps (s)", "whole run (s)", "inductor cache left"],
         lambda run: [
-            "on" if run["torch_compile"] else "off", f"{run['ready_to_fit_s']:.0f}", f"{sum(run['steps_s']):.1f}",
-            f"{run['run_s']:.0f}", f"{run['inductor_cache_bytes'] / 1e6:.1f} MB",
+            "on" if run["torch_compile"] else "off",
+            f"{run['ready_to_fit_s']:.0f}",
+            f"{sum(run['steps_s']):.1f}",
+            f"{run['run_s']:.0f}",
+            f"{run['inductor_cache_bytes'] / 1e6:.1f} MB",
         ],
     )
     s = d["summary"]
@@ -389,14 +442,27 @@ def render_setup(files: list[Path], view: str | None, prefix: str) -> str:
     path = files[-1]
     d, rows = runs_table(
         path,
-        ["installer", "`bash scripts/install_env.sh` on a fresh copy (s)", "then `import verl, vllm` (s)", "`.venv`", "distributions"],
+        [
+            "installer",
+            "`bash scripts/install_env.sh` on a fresh copy (s)",
+            "then `import verl, vllm` (s)",
+            "`.venv`",
+            "distributions",
+        ],
         lambda run: [
-            run["installer"], f"{run['seconds']:.0f}", f"{run['import_verl_vllm_s']:.1f}", f"{run['venv_bytes'] / 1e9:.1f} GB",
+            run["installer"],
+            f"{run['seconds']:.0f}",
+            f"{run['import_verl_vllm_s']:.1f}",
+            f"{run['venv_bytes'] / 1e9:.1f} GB",
             str(len(run["distributions"])),
         ],
     )
     s = d["summary"]
-    same = "the same versions of every distribution" if not d["differences"] else f"different versions of {', '.join(sorted(d['differences']))}"
+    same = (
+        "the same versions of every distribution"
+        if not d["differences"]
+        else f"different versions of {', '.join(sorted(d['differences']))}"
+    )
     rows += [
         "",
         f"Means: uv {s['uv']['seconds']:.0f} s, pip {s['pip']['seconds']:.0f} s ({s['uv_over_pip']:.2f}x); both installed {same} "
@@ -447,7 +513,9 @@ def update(text: str, source: str, results: Path = RESULTS) -> str:
         try:
             body = render(match["pattern"], match["view"], results, prefix)
         except (ResultsError, KeyError, ValueError) as error:
-            raise ResultsError(f"{source}: the block `<!-- results: {match['pattern']} {match['view'] or ''} -->`: {error!r}") from None
+            raise ResultsError(
+                f"{source}: the block `<!-- results: {match['pattern']} {match['view'] or ''} -->`: {error!r}"
+            ) from None
         return f"{match.group(1)}{body}\n{match.group(5)}"
 
     return BLOCK.sub(replace, text)
@@ -474,7 +542,9 @@ def main(argv: list[str] | None = None) -> int:
             if not args.check:
                 path.write_text(new)
     for path in stale:
-        print(f"{path}: {'differs from its results files (run python scripts/results_tables.py)' if args.check else 'regenerated'}")
+        print(
+            f"{path}: {'differs from its results files (run python scripts/results_tables.py)' if args.check else 'regenerated'}"
+        )
     return 1 if stale and args.check else 0
 
 

@@ -4,7 +4,7 @@
 
 The prompt is most of what the quickstart's actor computes per step (responses are about 8
 tokens), so its length sets a training step's cost. This writes the sums task (the quickstart's
-split and demonstration turn, :mod:`dfpo.examples.sums_task`) in each of data_prep's math
+split and demonstration turn, :mod:`cpu_examples.sums_task`) in each of data_prep's math
 templates through data_prep's own message builder (``data_prep.math_prompts.math_messages``), and
 samples the quickstart's model (SmolLM2-135M-Instruct under ``--output-root``) on it with vLLM's
 offline engine at the CPU rollout's settings (eager, prefix caching with 32-token blocks, the
@@ -47,26 +47,44 @@ def measure(model_dir: Path, templates: list[str], repeats: int, seed: int, dtyp
     from transformers import AutoTokenizer
     from vllm import LLM, SamplingParams
 
+    from cpu_examples.sums_task import DEMONSTRATION, TEST_SOURCE, TRAIN_SOURCE, sums_split
     from data_prep.math_prompts import math_messages
-    from dfpo.examples.sums_task import DEMONSTRATION, TEST_SOURCE, TRAIN_SOURCE, sums_split
-    from dfpo.quickstart import EVAL_TEMPERATURE
+    from quickstart.pipeline import EVAL_TEMPERATURE
     from reward.score import compute_score
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     train, held_out = sums_split()
-    workloads = {"held_out": (held_out, TEST_SOURCE, EVAL_TEMPERATURE), "train": (train, TRAIN_SOURCE, TRAIN_TEMPERATURE)}
+    workloads = {
+        "held_out": (held_out, TEST_SOURCE, EVAL_TEMPERATURE),
+        "train": (train, TRAIN_SOURCE, TRAIN_TEMPERATURE),
+    }
     # every template's chat-templated prompts, once: {template: {workload: [text, ...]}}
     texts = {
         template: {
-            name: [tokenizer.apply_chat_template(math_messages(p.problem, template, DEMONSTRATION), add_generation_prompt=True, tokenize=False) for p in problems]
+            name: [
+                tokenizer.apply_chat_template(
+                    math_messages(p.problem, template, DEMONSTRATION), add_generation_prompt=True, tokenize=False
+                )
+                for p in problems
+            ]
             for name, (problems, _, _) in workloads.items()
         }
         for template in templates
     }
-    lengths = {template: sorted({len(tokenizer(text)["input_ids"]) for name in workloads for text in texts[template][name]}) for template in templates}
+    lengths = {
+        template: sorted({len(tokenizer(text)["input_ids"]) for name in workloads for text in texts[template][name]})
+        for template in templates
+    }
     longest = max(max(found) for found in lengths.values())
-    llm = LLM(model=str(model_dir), dtype=dtype, enforce_eager=True, max_model_len=longest + MAX_NEW,
-              enable_prefix_caching=True, block_size=BLOCK_SIZE, seed=seed)
+    llm = LLM(
+        model=str(model_dir),
+        dtype=dtype,
+        enforce_eager=True,
+        max_model_len=longest + MAX_NEW,
+        enable_prefix_caching=True,
+        block_size=BLOCK_SIZE,
+        seed=seed,
+    )
     result = {}
     for template in templates:
         entry = {"prompt_tokens": lengths[template], "by_repeat": []}
@@ -75,9 +93,13 @@ def measure(model_dir: Path, templates: list[str], repeats: int, seed: int, dtyp
             for name, (problems, source, temperature) in workloads.items():
                 requests = [text for text in texts[template][name] for _ in range(K)]
                 answers = [p.answer for p in problems for _ in range(K)]
-                outputs = llm.generate(requests, SamplingParams(temperature=temperature, max_tokens=MAX_NEW), use_tqdm=False)
+                outputs = llm.generate(
+                    requests, SamplingParams(temperature=temperature, max_tokens=MAX_NEW), use_tqdm=False
+                )
                 responses = [o.outputs[0] for o in outputs]
-                right = [compute_score(source, r.text, answer)["score"] for r, answer in zip(responses, answers, strict=True)]
+                right = [
+                    compute_score(source, r.text, answer)["score"] for r, answer in zip(responses, answers, strict=True)
+                ]
                 scores[name] = {
                     "temperature": temperature,
                     "samples": len(right),
@@ -87,7 +109,10 @@ def measure(model_dir: Path, templates: list[str], repeats: int, seed: int, dtyp
                 }
             entry["by_repeat"].append(scores)
         entry["mean"] = {
-            name: {key: round(sum(r[name][key] for r in entry["by_repeat"]) / repeats, 4) for key in ("accuracy", "boxed", "response_tokens")}
+            name: {
+                key: round(sum(r[name][key] for r in entry["by_repeat"]) / repeats, 4)
+                for key in ("accuracy", "boxed", "response_tokens")
+            }
             for name in workloads
         }
         result[template] = entry
@@ -97,31 +122,50 @@ def measure(model_dir: Path, templates: list[str], repeats: int, seed: int, dtyp
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output-root", type=Path, default=Path("/tmp/sums_prompts"))
-    parser.add_argument("--templates", nargs="+", default=["boxed", "bare"], help="data_prep.math templates; the first is the anchor")
+    parser.add_argument(
+        "--templates", nargs="+", default=["boxed", "bare"], help="data_prep.math templates; the first is the anchor"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="fresh draws of every workload per template")
     parser.add_argument("--seed", type=int, default=1, help="the engine's seed")
-    parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto", help="the engine's dtype (auto: bf16 where this processor computes it natively, else float32)")
+    parser.add_argument(
+        "--dtype",
+        choices=("auto", "float32", "bfloat16"),
+        default="auto",
+        help="the engine's dtype (auto: bf16 where this processor computes it natively, else float32)",
+    )
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # internal: measure in this process
     args = parser.parse_args(argv)
+    from cpu_backend import precision as cpu_precision
+    from cpu_examples.prepare import prepare_pretrained
     from data_prep.math_prompts import TEMPLATES
-    from dfpo.cpu import cpu_precision
-    from dfpo.examples.prepare import prepare_pretrained
 
     unknown = sorted(set(args.templates) - set(TEMPLATES))
     if unknown:
         parser.error(f"unknown template(s) {unknown}; data_prep.math has {list(TEMPLATES)}")
-    model_dir, _, _ = prepare_pretrained(args.output_root.resolve(), log=lambda message: print(message, file=sys.stderr))
+    model_dir, _, _ = prepare_pretrained(
+        args.output_root.resolve(), log=lambda message: print(message, file=sys.stderr)
+    )
     dtype = cpu_precision.choose("ROLLOUT_DTYPE", args.dtype).dtype
     if args.one:
         print(json.dumps(measure(model_dir, args.templates, args.repeats, args.seed, dtype)))
         return 0
-    from dfpo.benchmark_record import environment, write_result
-    from dfpo.cpu.vllm_cpu import omp_threads_bind
+    from benchmark_record import environment, write_result
 
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": omp_threads_bind(1, sorted(os.sched_getaffinity(0)))}
+    from cpu_backend.vllm_cpu import omp_threads_bind
+
+    env = {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_CPU_OMP_THREADS_BIND": omp_threads_bind(1, sorted(os.sched_getaffinity(0))),
+    }
     # vLLM's engine in a fresh process, as in the other vLLM benchmarks
-    done = subprocess.run([sys.executable, __file__, *(argv if argv is not None else sys.argv[1:]), "--one"],
-                          env=env, capture_output=True, text=True, cwd=REPO_ROOT)
+    done = subprocess.run(
+        [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:]), "--one"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+    )
     if done.returncode != 0:
         sys.stderr.write(done.stderr[-4000:])
         return 1
@@ -130,8 +174,16 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "sums_prompts",
         "command": "python scripts/screen_sums_prompts.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "environment": environment(),
-        "settings": {"k": K, "max_new_tokens": MAX_NEW, "dtype": dtype, "block_size": BLOCK_SIZE, "enforce_eager": True,
-                     "repeats": args.repeats, "seed": args.seed, "anchor": args.templates[0]},
+        "settings": {
+            "k": K,
+            "max_new_tokens": MAX_NEW,
+            "dtype": dtype,
+            "block_size": BLOCK_SIZE,
+            "enforce_eager": True,
+            "repeats": args.repeats,
+            "seed": args.seed,
+            "anchor": args.templates[0],
+        },
         "by_template": by_template,
     }
     path = write_result("sums_prompts", cpu_precision.probe().capability, result)

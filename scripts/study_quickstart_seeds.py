@@ -5,7 +5,7 @@
     python scripts/study_quickstart_seeds.py --seeds 1-3 --methods dfpo_min_replace gspo
 
 For each seed, the README's first command at its defaults with that seed,
-``python -m dfpo.quickstart --seed N --methods ... --output-root ROOT/seed<N>`` (DFPO alone by
+``python -m quickstart --seed N --methods ... --output-root ROOT/seed<N>`` (DFPO alone by
 default, as the README's command), in turn. ``--negate`` trains on the negated signal instead
 (``reward/negated_score.py``: score 1 - score, every advantage negated exactly; the held-out
 accuracy is still the true one), the run that shows the learning is the reward's doing and that the
@@ -37,8 +37,9 @@ import psutil
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from dfpo.benchmark_record import environment, write_result  # noqa: E402
-from dfpo.quickstart import METHODS  # noqa: E402
+from benchmark_record import environment, write_result  # noqa: E402
+
+from quickstart.pipeline import METHODS  # noqa: E402
 
 NEGATED_REWARD = REPO_ROOT / "reward" / "negated_score.py"
 
@@ -52,7 +53,9 @@ def parse_seeds(text: str) -> list[int]:
             low, _, high = part.partition("-")
             values = range(int(low), int(high or low) + 1)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"--seeds takes numbers and ranges like 1-5 or 1,3,7; got {part!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"--seeds takes numbers and ranges like 1-5 or 1,3,7; got {part!r}"
+            ) from None
         if not values:
             raise argparse.ArgumentTypeError(f"--seeds: the range {part!r} is empty")
         seeds += [seed for seed in values if seed not in seeds]
@@ -94,7 +97,7 @@ class MemorySampler:
                 return
             self._stop.wait(self.interval)
 
-    def __enter__(self) -> "MemorySampler":
+    def __enter__(self) -> MemorySampler:
         self._thread.start()
         return self
 
@@ -123,7 +126,9 @@ def summary(runs: list[dict]) -> dict:
         "seeds_failed": [run["seed"] for run in runs if "quickstart" not in run],
         "dfpo_gains": [round(h["dfpo_gain"], 4) for h in with_dfpo],
         "min_dfpo_gain": min((h["dfpo_gain"] for h in with_dfpo), default=None),
-        "target_met_seeds": [run["seed"] for run in runs if run.get("quickstart", {}).get("held_out", {}).get("target_met")],
+        "target_met_seeds": [
+            run["seed"] for run in runs if run.get("quickstart", {}).get("held_out", {}).get("target_met")
+        ],
         "max_start": max((h["start"]["avg@k"] for h in held_out), default=None),
         "min_dfpo_ci_low": min((h["dfpo_min_replace"]["ci95"][0] for h in with_dfpo), default=None),
     }
@@ -132,13 +137,24 @@ def summary(runs: list[dict]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=parse_seeds, default=parse_seeds("1-5"), help="e.g. 1-5 (default) or 1,3,7")
-    parser.add_argument("--methods", nargs="+", choices=[m.recipe_method for m in METHODS], default=["dfpo_min_replace"])
-    parser.add_argument("--negate", action="store_true", help="train on the negated reward (reward/negated_score.py): the control run")
-    parser.add_argument("--sample-memory", action="store_true", help="record each run's peak memory (sampled every second)")
-    parser.add_argument("--output-root", type=Path, default=Path("outputs/seed_study"), help="each seed's run under ROOT/seed<N> (default outputs/seed_study)")
+    parser.add_argument(
+        "--methods", nargs="+", choices=[m.recipe_method for m in METHODS], default=["dfpo_min_replace"]
+    )
+    parser.add_argument(
+        "--negate", action="store_true", help="train on the negated reward (reward/negated_score.py): the control run"
+    )
+    parser.add_argument(
+        "--sample-memory", action="store_true", help="record each run's peak memory (sampled every second)"
+    )
+    parser.add_argument(
+        "--output-root",
+        type=Path,
+        default=Path("outputs/seed_study"),
+        help="each seed's run under ROOT/seed<N> (default outputs/seed_study)",
+    )
     args = parser.parse_args(argv)
     root = args.output_root.expanduser().resolve() / ("negated" if args.negate else "")
-    from dfpo.cpu.cpu_precision import probe
+    from cpu_backend.precision import probe
 
     capability = probe().capability
     name = "quickstart_seeds_negated" if args.negate else "quickstart_seeds"
@@ -150,12 +166,24 @@ def main(argv: list[str] | None = None) -> int:
     }
     path = None
     for seed in args.seeds:
-        command = [sys.executable, "-m", "dfpo.quickstart", "--seed", str(seed), "--methods", *args.methods, "--output-root", str(root / f"seed{seed}")]
+        command = [
+            sys.executable,
+            "-m",
+            "quickstart",
+            "--seed",
+            str(seed),
+            "--methods",
+            *args.methods,
+            "--output-root",
+            str(root / f"seed{seed}"),
+        ]
         if args.negate:
             command += ["--override", f"reward.custom_reward_function.path='{NEGATED_REWARD}'"]
         print(f"[study] seed {seed}: {' '.join(command)}", flush=True)
         # as a user would type it: no interpreter or checkout path of this machine in the record
-        recorded = " ".join(["python", *command[1:]]).replace(str(NEGATED_REWARD), NEGATED_REWARD.relative_to(REPO_ROOT).as_posix())
+        recorded = " ".join(["python", *command[1:]]).replace(
+            str(NEGATED_REWARD), NEGATED_REWARD.relative_to(REPO_ROOT).as_posix()
+        )
         started = time.monotonic()
         process = subprocess.Popen(command, cwd=REPO_ROOT)
         if args.sample_memory:
@@ -163,14 +191,22 @@ def main(argv: list[str] | None = None) -> int:
                 returncode = process.wait()
         else:
             returncode = process.wait()
-        run: dict = {"seed": seed, "command": recorded, "exit_status": returncode, "seconds": round(time.monotonic() - started, 1)}
+        run: dict = {
+            "seed": seed,
+            "command": recorded,
+            "exit_status": returncode,
+            "seconds": round(time.monotonic() - started, 1),
+        }
         if args.sample_memory:
             run["memory"] = memory.record()
         result_file = root / f"seed{seed}" / "report" / "quickstart.json"
         if returncode == 0 and result_file.exists():
             run["quickstart"] = json.loads(result_file.read_text())
             held_out = run["quickstart"]["held_out"]
-            print(f"[study] seed {seed}: start {held_out['start']['avg@k']:.3f} -> DFPO {held_out.get('dfpo_min_replace', {}).get('avg@k', float('nan')):.3f}", flush=True)
+            print(
+                f"[study] seed {seed}: start {held_out['start']['avg@k']:.3f} -> DFPO {held_out.get('dfpo_min_replace', {}).get('avg@k', float('nan')):.3f}",
+                flush=True,
+            )
         record["runs"].append(run)
         record["summary"] = summary(record["runs"])
         if path is not None:

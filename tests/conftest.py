@@ -64,13 +64,17 @@ def cpu_smoke_run(tmp_path_factory) -> CpuSmokeRun:
 @pytest.fixture(scope="session")
 def tiny_example(tmp_path_factory):
     """``tiny_example(output_root)``: ``output_root`` with the tiny recipes' model and data in it,
-    built once per session (``python -m dfpo.examples.prepare --model tiny``, about 10 s on 2 cores)
+    built once per session (``python -m cpu_examples.prepare --model tiny``, about 10 s on 2 cores)
     and copied, so that the end-to-end runs' launches find them current instead of each building
     its own. The GPU smoke's CPU run builds its own: that stage is part of what it tests."""
-    from dfpo.examples.prepare import data_dir, model_dir
+    from cpu_examples.prepare import data_dir, model_dir
 
     built = tmp_path_factory.mktemp("tiny_example")
-    subprocess.run([sys.executable, "-m", "dfpo.examples.prepare", "--model", "tiny", "--output-root", str(built)], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "cpu_examples.prepare", "--model", "tiny", "--output-root", str(built)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
 
     def into(output_root: Path) -> Path:
         for folder in (data_dir, model_dir):

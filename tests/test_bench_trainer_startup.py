@@ -9,7 +9,9 @@ import pytest
 from tests.script_modules import load_script
 
 # verl's line as the quickstart's train log holds it (a Ray actor's prefix, then the logging record)
-READY_LINE = "\x1b[36m(DFPOTaskRunner pid=16820)\x1b[0m INFO:2026-12-06 05:10:29,339:all initialize finished, ready to fit\n"
+READY_LINE = (
+    "\x1b[36m(DFPOTaskRunner pid=16820)\x1b[0m INFO:2026-12-06 05:10:29,339:all initialize finished, ready to fit\n"
+)
 
 
 def _bench():
@@ -18,7 +20,10 @@ def _bench():
 
 def test_ready_to_fit_is_timed_from_the_launch_to_verls_line(tmp_path):
     log = tmp_path / "train.log"
-    log.write_text("$ python -m dfpo.main ...\nINFO:2026-12-06 05:08:44,265:Platform override from VERL_PLATFORM: cpu\n" + READY_LINE)
+    log.write_text(
+        "$ python -m dfpo.main ...\nINFO:2026-12-06 05:08:44,265:Platform override from VERL_PLATFORM: cpu\n"
+        + READY_LINE
+    )
     launched = datetime.datetime(2026, 12, 6, 5, 8, 44, 200000)
     assert _bench().ready_seconds(log, launched) == pytest.approx(105.1)
 

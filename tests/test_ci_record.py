@@ -1,5 +1,5 @@
 """scripts/record_ci_run.py: what it reads from pytest's JUnit report, and the import timing it records
-beside the run (dfpo.benchmark_record.import_seconds)."""
+beside the run (benchmark_record.import_seconds)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,9 @@ def test_the_two_parts_reports_add_up_in_the_order_they_ran(tmp_path):
     reports = _record().junit_reports(tmp_path)
     assert [path.stem for path in reports] == ["parallel", "serial"]
     summary = _record().junit_summary(*reports)
-    assert summary["pytest_seconds_per_part"] == {"parallel": 50.5, "serial": 200.0} and summary["pytest_seconds"] == 250.5
+    assert (
+        summary["pytest_seconds_per_part"] == {"parallel": 50.5, "serial": 200.0} and summary["pytest_seconds"] == 250.5
+    )
     assert (summary["passed"], summary["failed"], summary["errors"], summary["skipped"]) == (4, 2, 0, 2)
     assert summary["seconds_per_module"]["tests/e2e/test_trainer_cpu.py"] == 103.0
     assert summary["seconds_per_module"]["tests/dfpo/test_loss.py"] == 6.0
@@ -70,8 +72,12 @@ def test_the_two_node_tests_measurements_are_read_from_its_captured_stderr(tmp_p
     path = tmp_path / "junit.xml"
     path.write_text(junit)
     assert _record().junit_summary(path)["recovery"] == {
-        "cluster_up_s": 18, "processes_killed": 9, "node_loss_to_exit_s": 17,
-        "sigterm_after_step": 2, "sigterm_to_exit_s": 10, "resumed_job_s": 83,
+        "cluster_up_s": 18,
+        "processes_killed": 9,
+        "node_loss_to_exit_s": 17,
+        "sigterm_after_step": 2,
+        "sigterm_to_exit_s": 10,
+        "resumed_job_s": 83,
     }
 
 
@@ -80,10 +86,11 @@ def test_the_patterns_are_the_lines_the_two_node_test_prints():
     f-strings with numbers in place): a reworded print would leave the record without it."""
     import re
 
-    from dfpo.benchmark_record import REPO_ROOT
+    from tests.script_modules import REPO_ROOT
 
     source = (REPO_ROOT / "tests" / "e2e" / "test_multi_node_cpu.py").read_text()
-    printed = [re.sub(r"\{[^}]*\}", "7", text) for text in re.findall(r'print\(f"([^"]*)", file=sys.stderr\)', source)]
+    calls = re.findall(r'print\(\s*f"([^"]*)",\s*file=sys.stderr,?\s*\)', source)
+    printed = [re.sub(r"\{[^}]*\}", "7", text) for text in calls]
     for pattern, _ in _record().RECOVERY_LINES:
         assert any(pattern.search(line) for line in printed), (pattern.pattern, printed)
     assert _record().recovery("nothing measured") == {}
@@ -94,12 +101,20 @@ def test_the_disk_line_is_read_as_the_disk_plugin_writes_it(tmp_path):
     summary would leave the record without it)."""
     from tests.disk_space import GB, DiskWatch
 
-    watch = DiskWatch(tmp_path, start=int(60.0 * GB), lowest=int(57.5 * GB), lowest_at="the teardown of tests/e2e/test_x.py::test_y[a-(b)]")
+    watch = DiskWatch(
+        tmp_path,
+        start=int(60.0 * GB),
+        lowest=int(57.5 * GB),
+        lowest_at="the teardown of tests/e2e/test_x.py::test_y[a-(b)]",
+    )
     line = watch.summary()
     end = round(watch.free() / GB, 1)
     assert _record().disk(f"...\n{line}\n2 passed in 3.0s\n") == {
-        "free_start_gb": 60.0, "free_lowest_gb": 57.5, "lowest_at": "the teardown of tests/e2e/test_x.py::test_y[a-(b)]",
-        "free_end_gb": end, "used_peak_gb": 2.5,
+        "free_start_gb": 60.0,
+        "free_lowest_gb": 57.5,
+        "lowest_at": "the teardown of tests/e2e/test_x.py::test_y[a-(b)]",
+        "free_end_gb": end,
+        "used_peak_gb": 2.5,
     }
     assert _record().disk("2 passed in 3.0s\n") == {}
 
@@ -107,8 +122,12 @@ def test_the_disk_line_is_read_as_the_disk_plugin_writes_it(tmp_path):
 def test_the_disk_over_both_parts_is_their_first_start_lowest_last_end_and_largest_use(tmp_path):
     from tests.disk_space import GB, DiskWatch
 
-    first = DiskWatch(tmp_path, start=int(60.0 * GB), lowest=int(59.0 * GB), lowest_at="the call of tests/a.py::test_a").summary()
-    second = DiskWatch(tmp_path, start=int(59.5 * GB), lowest=int(57.5 * GB), lowest_at="the teardown of tests/b.py::test_b").summary()
+    first = DiskWatch(
+        tmp_path, start=int(60.0 * GB), lowest=int(59.0 * GB), lowest_at="the call of tests/a.py::test_a"
+    ).summary()
+    second = DiskWatch(
+        tmp_path, start=int(59.5 * GB), lowest=int(57.5 * GB), lowest_at="the teardown of tests/b.py::test_b"
+    ).summary()
     disk = _record().disk(f"{first}\n1 passed\n{second}\n1 passed\n")
     assert (disk["free_start_gb"], disk["free_lowest_gb"], disk["used_peak_gb"]) == (60.0, 57.5, 2.0)
     assert disk["lowest_at"] == "the teardown of tests/b.py::test_b"
@@ -129,7 +148,9 @@ def test_the_suites_disk_floor_covers_what_every_recorded_ci_run_used():
 
 
 def test_the_import_time_runs_the_imports_in_new_processes_without_writing_bytecode(tmp_path, monkeypatch):
-    from dfpo.benchmark_record import import_seconds
+    from tests.script_modules import load_script
+
+    import_seconds = load_script("benchmark_record").import_seconds
 
     monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)  # set on some machines: the function must set it
     calls = tmp_path / "calls"

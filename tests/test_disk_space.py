@@ -26,7 +26,14 @@ def test_refusal_names_the_directory_what_is_free_and_what_to_do():
 
 def _session(floor: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "DFPO_TEST_MIN_FREE_GB": floor}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", ONE_TEST], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", ONE_TEST],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_a_session_without_room_stops_before_its_first_test_and_says_why():
@@ -54,7 +61,14 @@ def test_under_xdist_the_controller_samples_each_report_and_ends_with_the_line()
     _ReportSampler(watch).pytest_runtest_logreport(SimpleNamespace(when="call", nodeid="tests/x.py::test_y"))
     assert watch.lowest < 10**18 and watch.lowest_at == "the call of tests/x.py::test_y"
     env = {**os.environ, "DFPO_TEST_MIN_FREE_GB": "0"}
-    ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", ONE_TEST], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    ran = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "2", ONE_TEST],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert ran.returncode == 0, ran.stdout[-2000:]
     (line,) = [line for line in ran.stdout.splitlines() if line.startswith("disk: ")]
     assert "the session used up to" in line

@@ -12,7 +12,21 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 CODE_BLOCKS = re.findall(r"```(?:bash|python)?\n(.*?)```", README, flags=re.S)
-REPO_DIRS = ("dfpo", "reward", "data_prep", "recipes", "scripts", "tests", "docs", ".ci")
+REPO_DIRS = (
+    "dfpo",
+    "reward",
+    "data_prep",
+    "cpu_backend",
+    "cpu_examples",
+    "evaluation",
+    "demo",
+    "quickstart",
+    "recipes",
+    "scripts",
+    "tests",
+    "docs",
+    ".ci",
+)
 PATH_RE = re.compile(r"(?<![\w$/.~-])((?:%s)/[\w./*-]*[\w*])" % "|".join(re.escape(d) for d in REPO_DIRS))
 # the front page and every reference page: each check below runs over all of them
 DOCS = ["README.md"] + sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))
@@ -102,7 +116,7 @@ def test_first_two_commands_are_the_main_job_and_the_tests_and_ci_runs_the_test_
     for script in ("scripts/quickstart.sh", "scripts/demo.sh", "scripts/test.sh", "scripts/setup_env.sh"):
         assert (ROOT / script).exists()
     # each sets itself up on a fresh machine, then runs the real thing
-    for script, runs in (("scripts/quickstart.sh", "python -m dfpo.quickstart"), ("scripts/test.sh", "python -m pytest")):
+    for script, runs in (("scripts/quickstart.sh", "python -m quickstart"), ("scripts/test.sh", "python -m pytest")):
         text = (ROOT / script).read_text()
         assert "source scripts/setup_env.sh" in text and runs in text, script
 
@@ -124,8 +138,8 @@ def _dfpo_main_overrides() -> list[list[str]]:
 def test_dfpo_main_examples_compose_with_verl_config(overrides):
     from verl.utils.config import omega_conf_to_dataclass
 
-    from dfpo.hydra_config import compose_trainer_config
-    from dfpo.loss_config import DFPOPolicyLossConfig
+    from dfpo.launch.compose import compose_trainer_config
+    from dfpo.verl.loss_config import DFPOPolicyLossConfig
 
     cfg = compose_trainer_config(overrides + ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1"], "dfpo_trainer")
     actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)

@@ -72,7 +72,10 @@ def test_a_block_can_name_several_runs_of_the_main_job(tmp_path):
     results = tmp_path / "results"
     results.mkdir()
     source = tables.RESULTS / "quickstart_seeds-2026-12-05T2347-avx512.json"
-    for name, seconds in (("quickstart_seeds-2026-12-07T0100-avx512.json", 501.0), ("quickstart_seeds-2026-12-07T0200-avx512.json", 523.0)):
+    for name, seconds in (
+        ("quickstart_seeds-2026-12-07T0100-avx512.json", 501.0),
+        ("quickstart_seeds-2026-12-07T0200-avx512.json", 523.0),
+    ):
         data = json.loads(source.read_text())
         data["runs"][0]["quickstart"]["seconds"]["total"] = seconds
         (results / name).write_text(json.dumps(data))

@@ -26,7 +26,10 @@ SERIAL_ELSEWHERE = (
 def _collected(*args: str) -> list[str]:
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return [line for line in done.stdout.splitlines() if "::" in line]
@@ -37,7 +40,9 @@ def test_every_end_to_end_module_is_serial():
         module = importlib.import_module(".".join(path.relative_to(REPO_ROOT).with_suffix("").parts))
         marks = getattr(module, "pytestmark", [])
         names = {mark.name for mark in (marks if isinstance(marks, list) else [marks])}
-        assert "serial" in names, f"{path.name} launches verl's trainer: add pytest.mark.serial to its pytestmark (scripts/test.sh)"
+        assert "serial" in names, (
+            f"{path.name} launches verl's trainer: add pytest.mark.serial to its pytestmark (scripts/test.sh)"
+        )
 
 
 def test_the_tests_that_launch_or_time_elsewhere_are_serial_and_the_rest_of_their_modules_not():
@@ -47,5 +52,8 @@ def test_the_tests_that_launch_or_time_elsewhere_are_serial_and_the_rest_of_thei
         assert test in serial, (test, serial)
     # the smoke's stand-in tests and its GPU-mode launch (no training) run in the parallel part
     parallel = _collected("-m", "not serial", "tests/recipes/test_gpu_smoke.py")
-    for test in ("test_gpu_smoke_needs_a_model", "test_gpu_smoke_gpu_mode_training_launch_runs_for_real_until_cuda_is_needed"):
+    for test in (
+        "test_gpu_smoke_needs_a_model",
+        "test_gpu_smoke_gpu_mode_training_launch_runs_for_real_until_cuda_is_needed",
+    ):
         assert f"tests/recipes/test_gpu_smoke.py::{test}" in parallel, parallel

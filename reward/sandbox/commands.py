@@ -92,7 +92,15 @@ def _unshare_prefix(uid: int | None) -> list[str]:
 
 
 def command(
-    level: str, argv: list[str], limits: Limits, workdir: str, uid: int | None, *, prlimit: str, interpreter: str, dedicated_uids: bool
+    level: str,
+    argv: list[str],
+    limits: Limits,
+    workdir: str,
+    uid: int | None,
+    *,
+    prlimit: str,
+    interpreter: str,
+    dedicated_uids: bool,
 ) -> tuple[list[str], dict]:
     """(command line, ``Popen`` keyword arguments) running ``argv`` in ``workdir`` at ``level``.
 

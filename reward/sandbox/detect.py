@@ -36,7 +36,11 @@ class IsolationReport:
         lines = [
             f"isolation level: {self.level}",
             "strength: "
-            + ("strong (no network; the user's files neither readable nor writable)" if self.strong else "WEAK (refused in GPU launches without REWARD_SANDBOX_ALLOW_WEAK=1)"),
+            + (
+                "strong (no network; the user's files neither readable nor writable)"
+                if self.strong
+                else "WEAK (refused in GPU launches without REWARD_SANDBOX_ALLOW_WEAK=1)"
+            ),
             f"python interpreter inside the sandbox: {self.interpreter}",
             "processes run as: "
             + (
@@ -142,7 +146,11 @@ FIX = (
 def weak_refusal(report: IsolationReport | None, why: str = "", host: str | None = None) -> str:
     """The message that stops a GPU launch on this node: the node, what it has, the fix, the opt-in."""
     host = host or socket.gethostname()
-    has = f"only the weak level {report.level} works ({'; '.join(report.weaknesses)})" if report else f"no level works ({why})"
+    has = (
+        f"only the weak level {report.level} works ({'; '.join(report.weaknesses)})"
+        if report
+        else f"no level works ({why})"
+    )
     rejected = "; ".join(f"{level}: {reason}" for level, reason in report.rejected) if report else ""
     return (
         f"node {host}: the code-reward sandbox cannot isolate untrusted code here: {has}"

@@ -9,7 +9,7 @@ import signal
 import stat
 import subprocess
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from reward.sandbox.base import RunResult
 

@@ -9,8 +9,8 @@ import subprocess
 import tempfile
 import time
 import weakref
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from reward.sandbox import commands
 from reward.sandbox.base import DEFAULT_LIMITS, LEVELS, Launched, Limits, RunResult, SandboxUnavailable
@@ -46,7 +46,9 @@ class Sandbox:
         max_runs = default_max_runs() if max_runs is None else check_max_runs(max_runs, "Sandbox max_runs")
         self._slots = RunSlots(max_runs, slot_dir or slot_lock_dir())
         self._spares = SparePool(
-            spares, lambda argv, limits, deadline, note: self._launch(argv, limits, deadline, None, True, note), self._discard
+            spares,
+            lambda argv, limits, deadline, note: self._launch(argv, limits, deadline, None, True, note),
+            self._discard,
         )
         atexit.register(self.close)
         _INSTANCES.add(self)

@@ -11,7 +11,7 @@ import os
 import queue
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from reward.sandbox.base import Launched, Limits
 

@@ -31,10 +31,10 @@ if [[ "$RAY_AUTH_MODE" == token ]]; then
     fi
 fi
 
-# The recipes' knobs as exported here (every variable a recipe reads: dfpo/recipe_knobs.py, the one
+# The recipes' knobs as exported here (every variable a recipe reads: dfpo/launch/recipe_knobs.py, the one
 # list), the Hugging Face cache and dfpo.main's node-watch and preemption settings.
 # (run as a file: standard library only, so any python3 on the submitting machine does)
-env_json="$("${PYTHON:-python3}" "$repo_root/dfpo/recipe_knobs.py" --job-runtime-env)"
+env_json="$("${PYTHON:-python3}" "$repo_root/dfpo/launch/recipe_knobs.py" --job-runtime-env)"
 entrypoint="cd $(printf '%q' "$repo_root") && bash $(printf '%q' "$recipe")"
 for arg in "$@"; do
     entrypoint+=" $(printf '%q' "$arg")"

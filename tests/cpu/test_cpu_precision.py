@@ -1,4 +1,4 @@
-"""The CPU precision rule (``dfpo.cpu.cpu_precision``): bf16 only where this CPU computes it natively.
+"""The CPU precision rule (``cpu_backend.precision``): bf16 only where this CPU computes it natively.
 
 The rule's branches are checked with measurements made up for each kind of processor (so they run
 the same on any machine); the real probe is checked against the workload it stands for, and every
@@ -17,8 +17,8 @@ import time
 import pytest
 import torch
 
-from dfpo.cpu import cpu_precision as cp
-from dfpo import quickstart
+from cpu_backend import precision as cp
+from quickstart import pipeline as quickstart
 from tests.e2e.recipe_runs import REPO_ROOT
 
 # made-up measurements of the two kinds (times of the probe's matmul, ms)
@@ -65,7 +65,9 @@ def test_the_timing_decides_when_the_flags_disagree():
 
 @pytest.mark.parametrize("value", ["fp16", "float16", "BF16", ""])
 def test_an_unknown_dtype_is_refused_by_name(value):
-    with pytest.raises(cp.PrecisionError, match=f"ACTOR_DTYPE must be auto, fp32/float32 or bf16/bfloat16, got '{value}'"):
+    with pytest.raises(
+        cp.PrecisionError, match=f"ACTOR_DTYPE must be auto, fp32/float32 or bf16/bfloat16, got '{value}'"
+    ):
         cp.choose("ACTOR_DTYPE", value, NATIVE)
 
 
@@ -80,7 +82,9 @@ def test_an_unknown_dtype_is_refused_by_name(value):
         ("float16", "bfloat16", AVX2, "float16"),
     ],
 )
-def test_a_cpu_evaluation_uses_the_checkpoints_dtype_unless_it_is_bf16_without_native_support(requested, declared, measured, expected):
+def test_a_cpu_evaluation_uses_the_checkpoints_dtype_unless_it_is_bf16_without_native_support(
+    requested, declared, measured, expected
+):
     assert cp.for_checkpoint("--dtype", requested, declared, measured).dtype == expected
 
 
@@ -117,24 +121,33 @@ def test_the_probes_verdict_predicts_which_dtype_trains_faster_here():
     faster = "bfloat16" if bf16 < fp32 else "float32"
     # where neither is 1.5x faster than the other either choice is defensible; beyond, the probe must agree
     if max(fp32, bf16) > 1.5 * min(fp32, bf16):
-        assert measured.auto_dtype == faster, f"probe: {measured.reason()}; training pass fp32 {fp32:.3f} s, bf16 {bf16:.3f} s"
+        assert measured.auto_dtype == faster, (
+            f"probe: {measured.reason()}; training pass fp32 {fp32:.3f} s, bf16 {bf16:.3f} s"
+        )
 
 
 @pytest.mark.slow  # three fresh interpreters importing torch: about 13 s
 def test_the_cli_prints_the_recipe_knobs_and_says_why():
     explicit = subprocess.run(
-        [sys.executable, "-m", "dfpo.cpu.cpu_precision", "--actor", "fp32", "--rollout", "float32"],
-        capture_output=True, text=True, check=True,
+        [sys.executable, "-m", "cpu_backend.precision", "--actor", "fp32", "--rollout", "float32"],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert explicit.stdout.splitlines() == ["ACTOR_DTYPE=fp32", "ROLLOUT_DTYPE=float32"]
     assert "ACTOR_DTYPE=fp32 -> float32 (as set)" in explicit.stderr
     auto = subprocess.run(
-        [sys.executable, "-m", "dfpo.cpu.cpu_precision", "--actor", "auto", "--json"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "cpu_backend.precision", "--actor", "auto", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     payload = json.loads(auto.stdout)
     expected = "bfloat16" if payload["cpu"]["native_bf16"] else "float32"
     assert payload["actor"]["dtype"] == expected and payload["cpu"]["native_bf16"] == cp.probe().native_bf16
-    bad = subprocess.run([sys.executable, "-m", "dfpo.cpu.cpu_precision", "--actor", "fp16"], capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "cpu_backend.precision", "--actor", "fp16"], capture_output=True, text=True
+    )
     assert bad.returncode == 2 and "ACTOR_DTYPE must be auto" in bad.stderr
 
 
@@ -144,7 +157,7 @@ SMOLLM2 = "run_dfpo_min_replace_smollm2_135m_cpu.sh"
 def _resolved(extra: dict[str, str]):
     """The SmolLM2 recipe's config as python -m dfpo.main resolves it on this machine under the
     knobs ``extra`` (the dtype choice made afresh, so that it is said again)."""
-    from dfpo import config_resolvers
+    from dfpo.launch import config_resolvers
     from tests.recipes.recipe_commands import dry_run, resolved_config
 
     config_resolvers._cpu_choice.cache_clear()
@@ -164,7 +177,9 @@ def test_the_smollm2_recipe_resolves_auto_by_the_rule_and_says_so(capfd):
 def test_the_smollm2_recipe_runs_an_explicit_bf16_and_warns_only_without_native_support(capfd):
     cfg = _resolved({"ACTOR_DTYPE": "bf16"})
     assert cfg.actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype == "bf16"
-    assert ("dfpo precision warning: ACTOR_DTYPE=bf16 on a CPU without native bf16" in capfd.readouterr().err) == (not cp.probe().native_bf16)
+    assert ("dfpo precision warning: ACTOR_DTYPE=bf16 on a CPU without native bf16" in capfd.readouterr().err) == (
+        not cp.probe().native_bf16
+    )
 
 
 def test_rollout_dtype_auto_reaches_vllms_engine_by_the_rule(capfd):
@@ -177,10 +192,18 @@ def test_rollout_dtype_auto_reaches_vllms_engine_by_the_rule(capfd):
 def test_a_bad_dtype_stops_the_recipe_before_anything_starts():
     env = {k: v for k, v in os.environ.items() if k not in ("ACTOR_DTYPE", "ROLLOUT_DTYPE")}
     run = subprocess.run(
-        ["bash", f"recipes/{SMOLLM2}"], cwd=REPO_ROOT, env={**env, "DRY_RUN": "1", "PYTHON": sys.executable, "ACTOR_DTYPE": "fp16"},
-        capture_output=True, text=True, timeout=120,
+        ["bash", f"recipes/{SMOLLM2}"],
+        cwd=REPO_ROOT,
+        env={**env, "DRY_RUN": "1", "PYTHON": sys.executable, "ACTOR_DTYPE": "fp16"},
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
-    assert run.returncode != 0 and run.stdout == "" and "ACTOR_DTYPE must be one of auto, fp32, bf16, got 'fp16'" in run.stderr
+    assert (
+        run.returncode != 0
+        and run.stdout == ""
+        and "ACTOR_DTYPE must be one of auto, fp32, bf16, got 'fp16'" in run.stderr
+    )
 
 
 def test_the_quickstart_resolves_once_records_why_and_names_runs_by_dtype(tmp_path):
@@ -194,9 +217,18 @@ def test_the_quickstart_resolves_once_records_why_and_names_runs_by_dtype(tmp_pa
     fp32 = quickstart.experiment_name(method, tmp_path, 10, 1, (), {"ACTOR_DTYPE": "fp32", "GPUS_PER_NODE": "1"})
     bf16 = quickstart.experiment_name(method, tmp_path, 10, 1, (), {"ACTOR_DTYPE": "bf16", "GPUS_PER_NODE": "1"})
     two_ranks = quickstart.experiment_name(method, tmp_path, 10, 1, (), {"ACTOR_DTYPE": "fp32", "GPUS_PER_NODE": "2"})
-    rollout_bf16 = quickstart.experiment_name(method, tmp_path, 10, 1, (), {"ACTOR_DTYPE": "fp32", "ROLLOUT_DTYPE": "bfloat16", "GPUS_PER_NODE": "1"})
+    rollout_bf16 = quickstart.experiment_name(
+        method, tmp_path, 10, 1, (), {"ACTOR_DTYPE": "fp32", "ROLLOUT_DTYPE": "bfloat16", "GPUS_PER_NODE": "1"}
+    )
     # the held-out samples are the run's validation: another k is another run (a rerun never reuses it)
-    other_k = quickstart.experiment_name(method, tmp_path, 10, 1, (), {"ACTOR_DTYPE": "fp32", "GPUS_PER_NODE": "1", **quickstart.validation_knobs(4, True)})
+    other_k = quickstart.experiment_name(
+        method,
+        tmp_path,
+        10,
+        1,
+        (),
+        {"ACTOR_DTYPE": "fp32", "GPUS_PER_NODE": "1", **quickstart.validation_knobs(4, True)},
+    )
     assert len({fp32, bf16, two_ranks, rollout_bf16, other_k}) == 5
 
 
@@ -220,7 +252,12 @@ def test_the_quickstart_passes_the_resolved_dtypes_to_the_recipe(tmp_path, monke
     (env,) = calls
     assert (env["ACTOR_DTYPE"], env["ROLLOUT_DTYPE"], env["GPUS_PER_NODE"]) == ("fp32", "float32", "1")
     assert env["EXPERIMENT_NAME"] == quickstart.experiment_name(
-        quickstart.METHODS[0], tmp_path, 1, 1, (), {"ACTOR_DTYPE": "fp32", "ROLLOUT_DTYPE": "float32", "GPUS_PER_NODE": "1"}
+        quickstart.METHODS[0],
+        tmp_path,
+        1,
+        1,
+        (),
+        {"ACTOR_DTYPE": "fp32", "ROLLOUT_DTYPE": "float32", "GPUS_PER_NODE": "1"},
     )
 
 

@@ -1,4 +1,4 @@
-"""verl's Ulysses all-to-all on gloo (dfpo/cpu/gloo_all_to_all.py), on 2 and 3 gloo ranks: the
+"""verl's Ulysses all-to-all on gloo (cpu_backend/gloo_all_to_all.py), on 2 and 3 gloo ranks: the
 result is the exchange verl's list-form all_to_all defines (computed here from an all_gather of
 every rank's input), synchronous and async, and verl's SeqAllToAll differentiates through it (its
 backward is the inverse exchange: the gradient of Σ w·out is w sent back)."""
@@ -24,7 +24,7 @@ def _ranks(rank: int, world: int, init_file: str, failures) -> None:
         dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
         from verl.utils import ulysses
 
-        from dfpo.cpu.gloo_all_to_all import all_to_all_tensor, install
+        from cpu_backend.gloo_all_to_all import all_to_all_tensor, install
 
         with pytest.raises(RuntimeError, match="does not support alltoall"):  # why the replacement exists
             ulysses.all_to_all_tensor(torch.zeros(world, 2), 0, 1, group=dist.group.WORLD)
@@ -37,7 +37,9 @@ def _ranks(rank: int, world: int, init_file: str, failures) -> None:
         dist.all_gather(gathered, local)
         for scatter_dim, gather_dim in ((2, 1), (1, 2)):
             want = _expected(gathered, rank, scatter_dim, gather_dim)
-            torch.testing.assert_close(all_to_all_tensor(local, scatter_dim, gather_dim, dist.group.WORLD), want, rtol=0, atol=0)
+            torch.testing.assert_close(
+                all_to_all_tensor(local, scatter_dim, gather_dim, dist.group.WORLD), want, rtol=0, atol=0
+            )
             wait = all_to_all_tensor(local, scatter_dim, gather_dim, dist.group.WORLD, async_op=True)
             torch.testing.assert_close(wait(), want, rtol=0, atol=0)
         # through verl's autograd function: d(Σ w·out)/d local = the inverse exchange of w

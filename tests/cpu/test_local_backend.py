@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-
 import pytest
 
-from dfpo.cpu import activate as local_activate
-from dfpo.cpu import verl_internals
+from cpu_backend import activate as local_activate
+from cpu_backend import verl_internals
 from tests.cpu.subprocess_probe import run_probe
 
 PROBE = r"""

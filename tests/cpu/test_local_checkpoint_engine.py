@@ -29,7 +29,7 @@ def _weights() -> list[tuple[str, torch.Tensor]]:
 def _engine_rounds(rank, world_size):
     import torch.distributed as dist
 
-    from dfpo.cpu.checkpoint_engine import LocalCheckpointEngine
+    from cpu_backend.checkpoint_engine import LocalCheckpointEngine
 
     is_actor = rank < ACTOR_RANKS
     engine = LocalCheckpointEngine(bucket_size=BUCKET_BYTES, is_master=rank == 0)
@@ -71,7 +71,7 @@ def test_rollout_workers_receive_exactly_what_actor_rank_0_sends():
 
 
 def test_topology_puts_actor_rank_0_and_the_rollout_workers_in_one_group():
-    from dfpo.cpu.checkpoint_engine import LocalCheckpointEngine, StoreAddress
+    from cpu_backend.checkpoint_engine import LocalCheckpointEngine, StoreAddress
 
     master = StoreAddress("10.0.0.1", 1234)
     actor, rollout = LocalCheckpointEngine.build_topology(3, 2, [master, None, None, None, None])

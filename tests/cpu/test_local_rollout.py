@@ -10,10 +10,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dfpo.cpu.sampling import SamplingSettings, sample_next_tokens, truncated_log_probs
-from dfpo.eos_tokens import eos_token_ids
-from dfpo.cpu.server import LocalRolloutServer, decode_batch, response_budget
-from dfpo.examples.tiny_model import TinyModelSpec, build_char_tokenizer, build_model, chat_prompt_ids
+from cpu_backend.eos_tokens import eos_token_ids
+from cpu_backend.server import LocalRolloutServer, decode_batch, response_budget
+from cpu_backend.token_sampling import SamplingSettings, sample_next_tokens, truncated_log_probs
+from cpu_examples.tiny_model import TinyModelSpec, build_char_tokenizer, build_model, chat_prompt_ids
 
 SMALL = TinyModelSpec(hidden_size=32, intermediate_size=64, head_dim=8, seed=3)
 
@@ -101,7 +101,15 @@ def test_batched_left_padded_decoding_equals_one_prompt_at_a_time_and_log_probs_
         expected = _teacher_forced_log_probs(model, prompt, result[0], temperature=1.0)
         assert torch.allclose(torch.tensor(result[1]), expected, atol=1e-5)
     # sampled responses: the reported log-prob is the tempered one under a plain forward pass
-    sampled = decode_batch(model, prompts, [8, 8, 8], SamplingSettings(temperature=0.8), stops, tokenizer.pad_token_id, torch.Generator().manual_seed(1))
+    sampled = decode_batch(
+        model,
+        prompts,
+        [8, 8, 8],
+        SamplingSettings(temperature=0.8),
+        stops,
+        tokenizer.pad_token_id,
+        torch.Generator().manual_seed(1),
+    )
     for prompt, (tokens, log_probs, _) in zip(prompts, sampled, strict=True):
         assert torch.allclose(torch.tensor(log_probs), _teacher_forced_log_probs(model, prompt, tokens, 0.8), atol=1e-5)
 
@@ -116,7 +124,9 @@ def test_decoding_stops_at_the_end_of_turn_token(model, tokenizer):
         biased.model.norm.weight.fill_(1.0)
         biased.lm_head.weight[end] += 50.0 / biased.lm_head.weight.shape[1] ** 0.5
     prompt = chat_prompt_ids(tokenizer, "x")
-    tokens, _, reason = decode_batch(biased, [prompt], [10], SamplingSettings(temperature=0.0), stops, tokenizer.pad_token_id)[0]
+    tokens, _, reason = decode_batch(
+        biased, [prompt], [10], SamplingSettings(temperature=0.0), stops, tokenizer.pad_token_id
+    )[0]
     assert tokens == [end] and reason == "stop"
 
 
@@ -138,15 +148,28 @@ def test_server_batches_concurrent_requests_and_honours_the_token_contract(model
     async def requests():
         return await asyncio.gather(
             *[
-                server.generate(prompt_ids=p, sampling_params={"temperature": 0, "top_p": 1.0, "top_k": -1, "logprobs": True}, request_id=str(i))
+                server.generate(
+                    prompt_ids=p,
+                    sampling_params={"temperature": 0, "top_p": 1.0, "top_k": -1, "logprobs": True},
+                    request_id=str(i),
+                )
                 for i, p in enumerate(prompts)
             ],
-            server.generate(prompt_ids=prompts[0], sampling_params={"temperature": 0, "logprobs": False}, request_id="no-logprobs"),
+            server.generate(
+                prompt_ids=prompts[0], sampling_params={"temperature": 0, "logprobs": False}, request_id="no-logprobs"
+            ),
         )
 
     outputs = asyncio.run(requests())
     for prompt, output in zip(prompts, outputs[:5], strict=False):
-        alone = decode_batch(model, [prompt], [6], SamplingSettings(temperature=0.0), eos_token_ids(model, tokenizer), tokenizer.pad_token_id)[0]
+        alone = decode_batch(
+            model,
+            [prompt],
+            [6],
+            SamplingSettings(temperature=0.0),
+            eos_token_ids(model, tokenizer),
+            tokenizer.pad_token_id,
+        )[0]
         assert output.token_ids == alone[0]
         assert len(output.log_probs) == len(output.token_ids)
         assert output.stop_reason == "completed"

@@ -1,4 +1,4 @@
-"""The packed attention of the GPU path on CPU (dfpo/cpu/varlen_attention.py): causal attention
+"""The packed attention of the GPU path on CPU (cpu_backend/varlen_attention.py): causal attention
 within each sequence of a packed row, against a per-sequence reference written out as the formula,
 its gradient, and the whole seam: a model loaded with the registered implementation, patched by
 verl's apply_monkey_patch as verl's FSDP engine does, gives a packed row the padded model's
@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dfpo.cpu.varlen_attention import CPU_VARLEN_ATTENTION, install, sequence_index, varlen_causal_attention
+from cpu_backend.varlen_attention import CPU_VARLEN_ATTENTION, install, sequence_index, varlen_causal_attention
 
 
 def reference(q, k, v, lengths, scale):
@@ -70,7 +70,9 @@ def test_gradient_matches_finite_differences():
 
 def test_sequence_index():
     seq, offset, lengths = sequence_index(torch.tensor([[0, 1, 2, 0, 1, 0]]))
-    assert seq.tolist() == [0, 0, 0, 1, 1, 2] and offset.tolist() == [0, 1, 2, 0, 1, 0] and lengths.tolist() == [3, 2, 1]
+    assert (
+        seq.tolist() == [0, 0, 0, 1, 1, 2] and offset.tolist() == [0, 1, 2, 0, 1, 0] and lengths.tolist() == [3, 2, 1]
+    )
 
 
 def test_what_it_does_not_run_is_refused_with_the_way_out():
@@ -91,12 +93,16 @@ def test_a_model_with_the_registered_attention_under_verls_patch_matches_the_pad
     from transformers import AutoModelForCausalLM
     from verl.models.transformers.monkey_patch import apply_monkey_patch
 
-    from dfpo.examples.tiny_model import TinyModelSpec, build_model
+    from cpu_examples.tiny_model import TinyModelSpec, build_model
 
     install()
     build_model(TinyModelSpec()).save_pretrained(tmp_path)
-    padded_model = AutoModelForCausalLM.from_pretrained(tmp_path, attn_implementation="eager", dtype=torch.float32).eval()
-    packed_model = AutoModelForCausalLM.from_pretrained(tmp_path, attn_implementation=CPU_VARLEN_ATTENTION, dtype=torch.float32).eval()
+    padded_model = AutoModelForCausalLM.from_pretrained(
+        tmp_path, attn_implementation="eager", dtype=torch.float32
+    ).eval()
+    packed_model = AutoModelForCausalLM.from_pretrained(
+        tmp_path, attn_implementation=CPU_VARLEN_ATTENTION, dtype=torch.float32
+    ).eval()
     apply_monkey_patch(packed_model, ulysses_sp_size=1, use_remove_padding=True)
     lengths = [5, 9, 3]
     generator = torch.Generator().manual_seed(1)
@@ -117,7 +123,7 @@ def test_a_saved_configuration_names_an_attention_every_install_has(tmp_path):
     the local backend) must be able to build the model from it."""
     from transformers import AutoConfig
 
-    from dfpo.examples.tiny_model import TinyModelSpec, build_model
+    from cpu_examples.tiny_model import TinyModelSpec, build_model
 
     install()
     config = build_model(TinyModelSpec()).config

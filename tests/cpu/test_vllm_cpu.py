@@ -1,4 +1,4 @@
-"""The vLLM-on-CPU fix (dfpo/cpu/vllm_cpu.py): what it changes, where it loads, when it stays inert."""
+"""The vLLM-on-CPU fix (cpu_backend/vllm_cpu.py): what it changes, where it loads, when it stays inert."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import importlib.metadata
 import pytest
 import torch
 
-from dfpo.cpu import vllm_cpu
+from cpu_backend import vllm_cpu
 from tests.cpu.subprocess_probe import run_probe
 
 # What a vLLM process sees after vLLM loads its general plugins (as its EngineCore and Workers do).
@@ -26,7 +26,7 @@ def _probe(env_update: dict[str, str], drop: tuple[str, ...] = ()) -> dict:
 
 def test_the_fix_is_a_vllm_general_plugin_of_this_package():
     entry_points = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="vllm.general_plugins")}
-    assert entry_points.get("dfpo_cpu") == "dfpo.cpu.vllm_cpu:register"
+    assert entry_points.get("dfpo_cpu") == "cpu_backend.vllm_cpu:register"
 
 
 @pytest.mark.slow

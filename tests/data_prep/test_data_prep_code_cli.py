@@ -29,8 +29,20 @@ def run(argv: list[str]) -> int:
 def prepare_lcb(fixtures: Path, tmp_path: Path, *extra: str) -> tuple[list[dict], dict]:
     output = tmp_path / "lcb.parquet"
     summary = tmp_path / "lcb.json"
-    assert run(["--input", f"livecodebench={fixtures / 'code_generation_lite'}", "--output", str(output),
-                "--summary-json", str(summary), *extra]) == 0
+    assert (
+        run(
+            [
+                "--input",
+                f"livecodebench={fixtures / 'code_generation_lite'}",
+                "--output",
+                str(output),
+                "--summary-json",
+                str(summary),
+                *extra,
+            ]
+        )
+        == 0
+    )
     validate_parquet_file(output)
     return read_rows(output), read_summary(summary)
 
@@ -50,7 +62,10 @@ def test_public_and_private_tests_are_joined(fixtures, tmp_path):
     assert fn_name is None
     # 1 public + 2 private (decoded from the base64/zlib/pickle blob), public first
     assert [(t.input, t.output, t.testtype) for t in tests] == [
-        ("3\n1 2 3\n", "6\n", "stdin"), ("2\n10 -4\n", "6\n", "stdin"), ("1\n7\n", "7\n", "stdin")]
+        ("3\n1 2 3\n", "6\n", "stdin"),
+        ("2\n10 -4\n", "6\n", "stdin"),
+        ("1\n7\n", "7\n", "stdin"),
+    ]
     assert rows[0]["extra_info"]["num_tests"] == 3
 
 
@@ -82,20 +97,33 @@ def test_release_and_difficulty_filters(fixtures, tmp_path):
 
 
 def test_caps_on_tests_and_bytes_are_counted(fixtures, tmp_path):
-    rows, summary = prepare_lcb(fixtures, tmp_path, "--start-date", "2025-02-01", "--end-date", "2025-05-01",
-                                "--max-tests", "2")
+    rows, summary = prepare_lcb(
+        fixtures, tmp_path, "--start-date", "2025-02-01", "--end-date", "2025-05-01", "--max-tests", "2"
+    )
     assert [r["extra_info"]["num_tests"] for r in rows] == [2, 2, 2]
     assert summary["notes"] == {"problems with tests removed by --max-tests": 1, "tests removed by --max-tests": 1}
-    rows, summary = prepare_lcb(fixtures, tmp_path, "--start-date", "2025-02-01", "--end-date", "2025-05-01",
-                                "--max-test-bytes", "12")
+    rows, summary = prepare_lcb(
+        fixtures, tmp_path, "--start-date", "2025-02-01", "--end-date", "2025-05-01", "--max-test-bytes", "12"
+    )
     # abc392_a: tests of 10, 10, 6 bytes; 3700: 10, 13; 2080C: 8, 9 -> only the first of each fits in 12
     assert [r["extra_info"]["num_tests"] for r in rows] == [1, 1, 1]
     assert summary["notes"]["tests removed by --max-test-bytes"] == 4
 
 
 def test_nothing_left_is_an_error(fixtures, tmp_path, capsys):
-    assert run(["--input", f"livecodebench={fixtures / 'code_generation_lite'}", "--output", str(tmp_path / "o.parquet"),
-                "--max-test-bytes", "3"]) == 2
+    assert (
+        run(
+            [
+                "--input",
+                f"livecodebench={fixtures / 'code_generation_lite'}",
+                "--output",
+                str(tmp_path / "o.parquet"),
+                "--max-test-bytes",
+                "3",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "no rows left to write" in err and "no test fits in --max-test-bytes" in err
     assert not (tmp_path / "o.parquet").exists()
@@ -103,11 +131,32 @@ def test_nothing_left_is_an_error(fixtures, tmp_path, capsys):
 
 def test_bad_dates_are_refused(fixtures, tmp_path, capsys):
     with pytest.raises(SystemExit):
-        run(["--input", f"livecodebench={fixtures / 'code_generation_lite'}", "--output", str(tmp_path / "o.parquet"),
-             "--start-date", "Feb 2025"])
+        run(
+            [
+                "--input",
+                f"livecodebench={fixtures / 'code_generation_lite'}",
+                "--output",
+                str(tmp_path / "o.parquet"),
+                "--start-date",
+                "Feb 2025",
+            ]
+        )
     assert "expected a date YYYY-MM-DD" in capsys.readouterr().err
-    assert run(["--input", f"livecodebench={fixtures / 'code_generation_lite'}", "--output", str(tmp_path / "o.parquet"),
-                "--start-date", "2025-05-01", "--end-date", "2025-02-01"]) == 2
+    assert (
+        run(
+            [
+                "--input",
+                f"livecodebench={fixtures / 'code_generation_lite'}",
+                "--output",
+                str(tmp_path / "o.parquet"),
+                "--start-date",
+                "2025-05-01",
+                "--end-date",
+                "2025-02-01",
+            ]
+        )
+        == 2
+    )
     assert "is after --end-date" in capsys.readouterr().err
 
 
@@ -142,8 +191,20 @@ def test_malicious_private_tests_stop_the_run_without_running(tmp_path, fixtures
 def test_malicious_private_tests_can_be_skipped_and_counted(tmp_path, fixtures):
     path, marker = _lcb_file_with_malicious_blob(tmp_path, fixtures)
     output, summary = tmp_path / "o.parquet", tmp_path / "s.json"
-    assert run(["--input", f"livecodebench={path}", "--output", str(output), "--skip-bad-rows",
-                "--summary-json", str(summary)]) == 0
+    assert (
+        run(
+            [
+                "--input",
+                f"livecodebench={path}",
+                "--output",
+                str(output),
+                "--skip-bad-rows",
+                "--summary-json",
+                str(summary),
+            ]
+        )
+        == 0
+    )
     assert [r["extra_info"]["source_id"] for r in read_rows(output)] == ["3700", "2080C"]
     assert read_summary(summary)["dropped"] == {"malformed: refused pickle in private_test_cases": 1}
     assert not marker.exists()
@@ -171,12 +232,18 @@ def test_training_sources_map_to_one_test_format(fixtures, tmp_path):
 
     assert truth(("deepcoder", "deepcoder_lcbv5.parquet", "row 1")) == ([("3\n4", "12", "functional")], "multiply")
     assert truth(("deepcoder", "deepcoder_primeintellect.parquet", "row 0")) == (
-        [("3\n", "6\n", "stdin"), ("10\n", "55\n", "stdin")], None)
+        [("3\n", "6\n", "stdin"), ("10\n", "55\n", "stdin")],
+        None,
+    )
     assert truth(("deepcoder", "deepcoder_taco.parquet", "row 0")) == (
-        [("16", "7", "functional"), ("942", "6", "functional")], "digital_root")
+        [("16", "7", "functional"), ("942", "6", "functional")],
+        "digital_root",
+    )
     assert truth(("deepcoder", "deepcoder_taco.parquet", "row 1")) == ([("a\nb\nc", "3", "stdin")], None)
     assert truth(("primeintellect", "verifiable_coding_problems.parquet", "vcu_2")) == (
-        [("3", "[1, 4, 9]", "functional"), ("1", "[1]", "functional")], "squares")
+        [("3", "[1, 4, 9]", "functional"), ("1", "[1]", "functional")],
+        "squares",
+    )
     assert summary["dropped"] == {"language is cpp, not python": 1}
     assert summary["notes"]["function-call outputs unwrapped from APPS' one-element list"] == 4
 
@@ -207,12 +274,33 @@ def test_training_defaults_cap_tests_and_no_caps_keeps_all(fixtures, tmp_path):
 
 def test_duplicates_across_training_sources_are_dropped(fixtures, tmp_path):
     path = tmp_path / "dup.parquet"
-    pq.write_table(pa.Table.from_pylist([{
-        "problem": "Read an integer n and print n*(n+1)/2.",
-        "tests": json.dumps([{"type": "stdin_stdout", "input": "1\n", "output": "1\n"}])}]), path)
+    pq.write_table(
+        pa.Table.from_pylist(
+            [
+                {
+                    "problem": "Read an integer n and print n*(n+1)/2.",
+                    "tests": json.dumps([{"type": "stdin_stdout", "input": "1\n", "output": "1\n"}]),
+                }
+            ]
+        ),
+        path,
+    )
     output, summary = tmp_path / "o.parquet", tmp_path / "s.json"
-    assert run(["--input", f"deepcoder={fixtures / 'deepcoder_primeintellect.parquet'}", "--input", f"deepcoder={path}",
-                "--output", str(output), "--summary-json", str(summary)]) == 0
+    assert (
+        run(
+            [
+                "--input",
+                f"deepcoder={fixtures / 'deepcoder_primeintellect.parquet'}",
+                "--input",
+                f"deepcoder={path}",
+                "--output",
+                str(output),
+                "--summary-json",
+                str(summary),
+            ]
+        )
+        == 0
+    )
     assert len(read_rows(output)) == 1
     report = read_summary(summary)
     assert report["dropped"] == {"duplicate problem": 1}
@@ -223,14 +311,35 @@ def test_training_set_decontaminated_against_lcb(fixtures, tmp_path):
     lcb = tmp_path / "lcb.parquet"
     assert run(["--input", f"livecodebench={fixtures / 'code_generation_lite'}", "--output", str(lcb)]) == 0
     path = tmp_path / "leak.parquet"
-    pq.write_table(pa.Table.from_pylist([
-        {"problem": "Given an integer array nums, return the SUM of its elements",
-         "tests": json.dumps({"fn_name": "sumOfArray", "inputs": [[[1]]], "outputs": [[1]]})},
-        {"problem": "Something new.", "tests": json.dumps({"inputs": ["1\n"], "outputs": ["1\n"]})},
-    ]), path)
+    pq.write_table(
+        pa.Table.from_pylist(
+            [
+                {
+                    "problem": "Given an integer array nums, return the SUM of its elements",
+                    "tests": json.dumps({"fn_name": "sumOfArray", "inputs": [[[1]]], "outputs": [[1]]}),
+                },
+                {"problem": "Something new.", "tests": json.dumps({"inputs": ["1\n"], "outputs": ["1\n"]})},
+            ]
+        ),
+        path,
+    )
     output, summary = tmp_path / "o.parquet", tmp_path / "s.json"
-    assert run(["--input", f"deepcoder={path}", "--output", str(output), "--decontaminate-against", str(lcb),
-                "--drop-contaminated", "--summary-json", str(summary)]) == 0
+    assert (
+        run(
+            [
+                "--input",
+                f"deepcoder={path}",
+                "--output",
+                str(output),
+                "--decontaminate-against",
+                str(lcb),
+                "--drop-contaminated",
+                "--summary-json",
+                str(summary),
+            ]
+        )
+        == 0
+    )
     assert [r["extra_info"]["problem"] for r in read_rows(output)] == ["Something new."]
     assert read_summary(summary)["dropped"] == {"contaminated (normalised match with an evaluation problem)": 1}
 
@@ -245,20 +354,31 @@ def test_training_set_decontaminated_against_lcb(fixtures, tmp_path):
         (json.dumps([{"type": "weird", "input": "1", "output": "1"}]), "unknown type 'weird'"),
         (json.dumps({"inputs": ["1"], "outputs": []}), "equal length"),
         (json.dumps([{"type": "function_call", "input": [1], "output": [1]}]), "need a function name"),
-        (json.dumps([{"type": "function_call", "input": [1], "output": [1], "fn_name": "f"},
-                     {"type": "stdin_stdout", "input": "1", "output": "1"}]), "mixes stdin and functional"),
+        (
+            json.dumps(
+                [
+                    {"type": "function_call", "input": [1], "output": [1], "fn_name": "f"},
+                    {"type": "stdin_stdout", "input": "1", "output": "1"},
+                ]
+            ),
+            "mixes stdin and functional",
+        ),
     ],
 )
 def test_malformed_training_tests_name_the_row(tests, message, tmp_path, capsys):
     path = tmp_path / "bad.jsonl"
-    path.write_text(json.dumps({"problem": "ok", "tests": "[]"}) + "\n" + json.dumps({"problem": "p", "tests": tests}) + "\n")
+    path.write_text(
+        json.dumps({"problem": "ok", "tests": "[]"}) + "\n" + json.dumps({"problem": "p", "tests": tests}) + "\n"
+    )
     assert run(["--input", f"deepcoder={path}", "--output", str(tmp_path / "o.parquet")]) == 2
     err = capsys.readouterr().err
     assert f"{path}:line 2: " in err and message in err
 
 
 def test_only_livecodebench_reads_a_release_folder(fixtures, tmp_path, capsys):
-    assert run(["--input", f"deepcoder={fixtures / 'code_generation_lite'}", "--output", str(tmp_path / "o.parquet")]) == 2
+    assert (
+        run(["--input", f"deepcoder={fixtures / 'code_generation_lite'}", "--output", str(tmp_path / "o.parquet")]) == 2
+    )
     assert "only the livecodebench source accepts it" in capsys.readouterr().err
 
 
@@ -277,7 +397,11 @@ def test_python_literal_tests_are_read_without_running_code(tmp_path):
     ("field", "value", "message"),
     [
         ("public_test_cases", json.dumps(["1 2"]), "test 0 must be an object"),
-        ("public_test_cases", json.dumps([{"input": "1", "output": "2", "testtype": "call"}]), "testtype must be stdin or functional"),
+        (
+            "public_test_cases",
+            json.dumps([{"input": "1", "output": "2", "testtype": "call"}]),
+            "testtype must be stdin or functional",
+        ),
         ("private_test_cases", "%%%", "neither JSON nor base64"),
         ("metadata", json.dumps([1]), "metadata must decode to an object"),
         ("contest_date", "last Tuesday", "contest_date must be an ISO date/time"),

@@ -38,8 +38,9 @@ def documented_commands(module) -> list[list[str]]:
 
 
 def fake_load_dataset(path, name=None, split=None):
-    import datasets
     import json
+
+    import datasets
 
     fixture = FIXTURES / HUB_FIXTURES[(path, name)]
     if fixture.suffix == ".parquet":

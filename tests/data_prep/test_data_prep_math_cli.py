@@ -59,8 +59,21 @@ def test_dapo_is_deduplicated_and_its_prompt_reproduced(fixtures, tmp_path):
     source = fixtures / "dapo_math_17k.parquet"
     output = tmp_path / "math_train.parquet"
     summary = tmp_path / "summary.json"
-    assert run(["--input", f"math_dapo={source}", "--output", str(output), "--template", "dapo",
-                "--summary-json", str(summary)]) == 0
+    assert (
+        run(
+            [
+                "--input",
+                f"math_dapo={source}",
+                "--output",
+                str(output),
+                "--template",
+                "dapo",
+                "--summary-json",
+                str(summary),
+            ]
+        )
+        == 0
+    )
     rows = read_rows(output)
     originals = pq.read_table(source).to_pylist()
     # 6 rows = 3 problems (first copies at rows 0, 1 and 3), prompts byte-identical to DAPO's
@@ -75,7 +88,9 @@ def test_dapo_is_deduplicated_and_its_prompt_reproduced(fixtures, tmp_path):
 
 def test_no_dedup_keeps_every_copy(fixtures, tmp_path):
     output = tmp_path / "all.parquet"
-    assert run(["--input", f"math_dapo={fixtures / 'dapo_math_17k.parquet'}", "--output", str(output), "--no-dedup"]) == 0
+    assert (
+        run(["--input", f"math_dapo={fixtures / 'dapo_math_17k.parquet'}", "--output", str(output), "--no-dedup"]) == 0
+    )
     assert len(read_rows(output)) == 6
 
 
@@ -91,8 +106,14 @@ def test_contamination_is_reported_then_dropped(fixtures, tmp_path, capsys):
     aime25 = tmp_path / "aime25.parquet"
     assert run(["--input", f"aime25={fixtures / 'aime25_test.jsonl'}", "--output", str(aime25)]) == 0
     train = tmp_path / "train.parquet"
-    base = ["--input", f"math_dapo={fixtures / 'dapo_math_17k.parquet'}", "--output", str(train),
-            "--decontaminate-against", str(aime25)]
+    base = [
+        "--input",
+        f"math_dapo={fixtures / 'dapo_math_17k.parquet'}",
+        "--output",
+        str(train),
+        "--decontaminate-against",
+        str(aime25),
+    ]
     summary = tmp_path / "s.json"
     assert run(base + ["--summary-json", str(summary)]) == 0
     out = capsys.readouterr().out
@@ -113,42 +134,61 @@ def test_contamination_is_reported_then_dropped(fixtures, tmp_path, capsys):
     assert "0 exact and 1 normalised-text matches" in capsys.readouterr().out
 
 
-def test_paraphrased_evaluation_problems_are_reported_as_near_duplicates_and_optionally_dropped(fixtures, tmp_path, capsys):
+def test_paraphrased_evaluation_problems_are_reported_as_near_duplicates_and_optionally_dropped(
+    fixtures, tmp_path, capsys
+):
     aime25 = tmp_path / "aime25.parquet"
     assert run(["--input", f"aime25={fixtures / 'aime25_test.jsonl'}", "--output", str(aime25)]) == 0
     path = tmp_path / "train.jsonl"
     rows = [
-        {"problem": "Determine the sum of all integer bases b > 9 for which 17_b is a divisor of 97_b, then add 1.",
-         "answer": "71"},  # AIME25 problem 0 reworded: shares a run of 18 words
+        {
+            "problem": "Determine the sum of all integer bases b > 9 for which 17_b is a divisor of 97_b, then add 1.",
+            "answer": "71",
+        },  # AIME25 problem 0 reworded: shares a run of 18 words
         {"problem": "Find the sum of all integer bases $b>7$ for which $12_b$ divides $34_b$.", "answer": "3"},
         {"problem": "Find the remainder when $2^{10}$ is divided by $1000$.", "answer": "24"},  # AIME25 problem 1
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     train, summary = tmp_path / "train.parquet", tmp_path / "s.json"
-    base = ["--input", f"deepscaler={path}", "--output", str(train), "--decontaminate-against", str(aime25),
-            "--summary-json", str(summary)]
+    base = [
+        "--input",
+        f"deepscaler={path}",
+        "--output",
+        str(train),
+        "--decontaminate-against",
+        str(aime25),
+        "--summary-json",
+        str(summary),
+    ]
     assert run(base) == 0
     out = capsys.readouterr().out
-    assert (f'{path}:line 1: ngram match with evaluation problem aime25.parquet aime25 0 (shares "the sum of all '
-            'integer bases b 9 for which 17 b is")') in out
+    assert (
+        f'{path}:line 1: ngram match with evaluation problem aime25.parquet aime25 0 (shares "the sum of all '
+        'integer bases b 9 for which 17 b is")'
+    ) in out
     assert len(read_rows(train)) == 3
     assert read_summary(summary)["notes"] == {
         "kept rows matching an evaluation problem (ngram); --drop-near-duplicates drops them": 1,
-        "kept rows matching an evaluation problem (exact); --drop-contaminated drops them": 1}
+        "kept rows matching an evaluation problem (exact); --drop-contaminated drops them": 1,
+    }
 
     assert run(base + ["--drop-contaminated"]) == 0  # tier 1 only
     assert [r["reward_model"]["ground_truth"] for r in read_rows(train)] == ["71", "3"]
     assert run(base + ["--drop-near-duplicates"]) == 0  # both tiers
     assert [r["reward_model"]["ground_truth"] for r in read_rows(train)] == ["3"]
-    assert read_summary(summary)["dropped"] == {"contaminated (ngram match with an evaluation problem)": 1,
-                                                "contaminated (exact match with an evaluation problem)": 1}
+    assert read_summary(summary)["dropped"] == {
+        "contaminated (ngram match with an evaluation problem)": 1,
+        "contaminated (exact match with an evaluation problem)": 1,
+    }
 
     from data_prep import contamination
 
     assert run(["--input", f"deepscaler={path}", "--output", str(train)]) == 0
     capsys.readouterr()
     assert contamination.main([str(train), "--against", str(aime25)]) == 1
-    assert "1 exact and 0 normalised-text matches, 1 near duplicates (a shared run of 13 words)" in capsys.readouterr().out
+    assert (
+        "1 exact and 0 normalised-text matches, 1 near duplicates (a shared run of 13 words)" in capsys.readouterr().out
+    )
     capsys.readouterr()
     assert contamination.main([str(train), "--against", str(aime25), "--ngram-size", "19"]) == 1  # shared run: 18 words
     assert "1 exact and 0 normalised-text matches, 0 near duplicates" in capsys.readouterr().out
@@ -166,8 +206,16 @@ def test_near_duplicate_words_ignore_typesetting():
 
 
 def test_training_and_evaluation_sources_do_not_mix(fixtures, tmp_path, capsys):
-    code = run(["--input", f"math_dapo={fixtures / 'dapo_math_17k.parquet'}",
-                "--input", f"aime25={fixtures / 'aime25_test.jsonl'}", "--output", str(tmp_path / "x.parquet")])
+    code = run(
+        [
+            "--input",
+            f"math_dapo={fixtures / 'dapo_math_17k.parquet'}",
+            "--input",
+            f"aime25={fixtures / 'aime25_test.jsonl'}",
+            "--output",
+            str(tmp_path / "x.parquet"),
+        ]
+    )
     assert code == 2
     assert "training and evaluation sources cannot share an output file" in capsys.readouterr().err
     assert not (tmp_path / "x.parquet").exists()
@@ -175,8 +223,9 @@ def test_training_and_evaluation_sources_do_not_mix(fixtures, tmp_path, capsys):
 
 @pytest.mark.parametrize("flag", ["--drop-contaminated", "--drop-near-duplicates"])
 def test_drop_flags_need_evaluation_files(fixtures, tmp_path, capsys, flag):
-    assert run(["--input", f"aime25={fixtures / 'aime25_test.jsonl'}", "--output", str(tmp_path / "x.parquet"),
-                flag]) == 2
+    assert (
+        run(["--input", f"aime25={fixtures / 'aime25_test.jsonl'}", "--output", str(tmp_path / "x.parquet"), flag]) == 2
+    )
     assert f"{flag} needs --decontaminate-against" in capsys.readouterr().err
 
 
@@ -216,10 +265,17 @@ def test_skipped_bad_rows_are_counted(tmp_path, capsys):
     path = _bad_jsonl(tmp_path)
     output = tmp_path / "out.parquet"
     summary = tmp_path / "s.json"
-    assert run(["--input", f"aime25={path}", "--output", str(output), "--skip-bad-rows", "--summary-json", str(summary)]) == 0
+    assert (
+        run(["--input", f"aime25={path}", "--output", str(output), "--skip-bad-rows", "--summary-json", str(summary)])
+        == 0
+    )
     assert [r["reward_model"]["ground_truth"] for r in read_rows(output)] == ["5", "7"]
     report = read_summary(summary)
-    assert report["dropped"] == {"malformed: missing answer": 1, "malformed: invalid JSON": 1, "malformed: missing problem": 1}
+    assert report["dropped"] == {
+        "malformed: missing answer": 1,
+        "malformed: invalid JSON": 1,
+        "malformed: missing problem": 1,
+    }
     assert report["first_dropped_row"]["malformed: invalid JSON"] == f"{path}:line 3"
     assert report["rows_written"] + sum(report["dropped"].values()) == 5
     assert f"skipped {path}:line 2" in capsys.readouterr().out
@@ -227,18 +283,37 @@ def test_skipped_bad_rows_are_counted(tmp_path, capsys):
 
 def test_dapo_row_in_another_format_is_malformed(tmp_path, capsys):
     path = tmp_path / "dapo.parquet"
-    pq.write_table(pa.Table.from_pylist([{
-        "data_source": "math_dapo", "prompt": [{"content": "Just a problem", "role": "user"}], "ability": "MATH",
-        "reward_model": {"ground_truth": "1", "style": "rule"}, "extra_info": {"index": "x"}}]), path)
+    pq.write_table(
+        pa.Table.from_pylist(
+            [
+                {
+                    "data_source": "math_dapo",
+                    "prompt": [{"content": "Just a problem", "role": "user"}],
+                    "ability": "MATH",
+                    "reward_model": {"ground_truth": "1", "style": "rule"},
+                    "extra_info": {"index": "x"},
+                }
+            ]
+        ),
+        path,
+    )
     assert run(["--input", f"math_dapo={path}", "--output", str(tmp_path / "o.parquet")]) == 2
     assert f"{path} row 0: prompt content is not in DAPO's" in capsys.readouterr().err
 
 
 def test_conflicting_duplicate_answers_are_reported(tmp_path, capsys):
     path = tmp_path / "d.jsonl"
-    path.write_text(json.dumps({"problem": "Find x.", "answer": "1"}) + "\n" + json.dumps({"problem": "find x", "answer": "2"}) + "\n")
+    path.write_text(
+        json.dumps({"problem": "Find x.", "answer": "1"})
+        + "\n"
+        + json.dumps({"problem": "find x", "answer": "2"})
+        + "\n"
+    )
     summary = tmp_path / "s.json"
-    assert run(["--input", f"deepscaler={path}", "--output", str(tmp_path / "o.parquet"), "--summary-json", str(summary)]) == 0
+    assert (
+        run(["--input", f"deepscaler={path}", "--output", str(tmp_path / "o.parquet"), "--summary-json", str(summary)])
+        == 0
+    )
     assert "same problem as" in capsys.readouterr().out
     assert read_summary(summary)["notes"] == {"duplicates whose answer differs from the kept copy (kept the first)": 1}
 
@@ -256,24 +331,45 @@ def test_evaluation_sets_are_keyed_by_id_and_repeated_statements_reported(tmp_pa
     assert [r["extra_info"]["source_id"] for r in read_rows(output)] == ["1", "2"]
     report = read_summary(summary)
     assert report["dropped"] == {"duplicate problem id": 1}
-    assert report["notes"] == {"evaluation problems whose statement repeats another id's (kept; evaluation sets are keyed by id)": 1}
+    assert report["notes"] == {
+        "evaluation problems whose statement repeats another id's (kept; evaluation sets are keyed by id)": 1
+    }
     assert f"{path}:line 2: same statement as {path}:line 1 under another id (kept)" in capsys.readouterr().out
 
 
 def test_evaluation_id_reused_for_another_statement_is_an_error(tmp_path, capsys):
     path = tmp_path / "aime.jsonl"
-    path.write_text(json.dumps({"id": "1", "problem": "Find x.", "answer": "1"}) + "\n"
-                    + json.dumps({"id": "1", "problem": "Find y.", "answer": "2"}) + "\n")
+    path.write_text(
+        json.dumps({"id": "1", "problem": "Find x.", "answer": "1"})
+        + "\n"
+        + json.dumps({"id": "1", "problem": "Find y.", "answer": "2"})
+        + "\n"
+    )
     assert run(["--input", f"aime25={path}", "--output", str(tmp_path / "o.parquet")]) == 2
-    assert f"{path}:line 2: evaluation problem id 'aime25/1' was already used by {path}:line 1" in capsys.readouterr().err
+    assert (
+        f"{path}:line 2: evaluation problem id 'aime25/1' was already used by {path}:line 1" in capsys.readouterr().err
+    )
 
 
 def test_module_entry_point_runs(fixtures, tmp_path):
     output = tmp_path / "aime25.parquet"
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     done = subprocess.run(
-        [sys.executable, "-m", "data_prep.math", "--input", f"aime25={fixtures / 'aime25_test.jsonl'}",
-         "--output", str(output)], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "data_prep.math",
+            "--input",
+            f"aime25={fixtures / 'aime25_test.jsonl'}",
+            "--output",
+            str(output),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "written          2" in done.stdout
     assert validate_parquet_file(output) == 2

@@ -27,7 +27,9 @@ def test_large_rows_close_row_groups_by_bytes_and_read_back(tmp_path):
     metadata = pq.ParquetFile(output).metadata
     sizes = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
     assert sizes == [2, 2, 2, 1]  # 256 rows would have fitted one group; 3 rows pass 70 kB
-    assert [r["reward_model"]["ground_truth"] for r in read_rows(output)] == [r["reward_model"]["ground_truth"] for r in rows]
+    assert [r["reward_model"]["ground_truth"] for r in read_rows(output)] == [
+        r["reward_model"]["ground_truth"] for r in rows
+    ]
 
 
 def test_small_rows_still_group_by_count(tmp_path):

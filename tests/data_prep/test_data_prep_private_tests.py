@@ -22,7 +22,10 @@ def lcb_blob(payload) -> str:
     return base64.b64encode(zlib.compress(pickle.dumps(payload))).decode("ascii")
 
 
-TESTS = [{"input": "1 2\n", "output": "3\n", "testtype": "stdin"}, {"input": "[1]", "output": "1", "testtype": "functional"}]
+TESTS = [
+    {"input": "1 2\n", "output": "3\n", "testtype": "stdin"},
+    {"input": "[1]", "output": "1", "testtype": "functional"},
+]
 
 
 def test_json_form_is_read_directly():

@@ -17,7 +17,11 @@ SOURCES = ("aime25", "livecodebench", "deepcoder")
 def test_hf_locations_are_parsed():
     spec = parse_input_spec("deepcoder=hf:agentica-org/DeepCoder-Preview-Dataset:lcbv5@train", SOURCES)
     assert (spec.source, spec.hf_dataset, spec.hf_config, spec.hf_split) == (
-        "deepcoder", "agentica-org/DeepCoder-Preview-Dataset", "lcbv5", "train")
+        "deepcoder",
+        "agentica-org/DeepCoder-Preview-Dataset",
+        "lcbv5",
+        "train",
+    )
     assert spec.origin == "agentica-org/DeepCoder-Preview-Dataset:lcbv5@train"
     plain = parse_input_spec("aime25=hf:math-ai/aime25", SOURCES)
     assert (plain.hf_config, plain.hf_split) == (None, None)
@@ -162,7 +166,9 @@ def test_hub_failures_become_clear_errors(monkeypatch):
 
     monkeypatch.setattr(datasets, "load_dataset", no_network)
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", no_network)
-    with pytest.raises(DataPrepError, match=r"cannot load math-ai/aime25 \(config None, split test\).*ConnectionError: offline"):
+    with pytest.raises(
+        DataPrepError, match=r"cannot load math-ai/aime25 \(config None, split test\).*ConnectionError: offline"
+    ):
         open_records(parse_input_spec("aime25=hf:math-ai/aime25@test", SOURCES))
     with pytest.raises(DataPrepError, match="cannot download test.jsonl of livecodebench/code_generation_lite"):
         open_records(parse_input_spec("livecodebench=hf:livecodebench/code_generation_lite", SOURCES), "release_v1")

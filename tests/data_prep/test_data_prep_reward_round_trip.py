@@ -58,15 +58,30 @@ def test_prepared_math_rows_score_one_with_the_right_answer(source, fixtures, tm
     assert {r["extra_info"]["source_id"] for r in rows} == set(answers)
     for row in rows:
         truth = row["reward_model"]["ground_truth"]
-        right = compute_score(row["data_source"], boxed(answers[row["extra_info"]["source_id"]]), truth, row["extra_info"])
+        right = compute_score(
+            row["data_source"], boxed(answers[row["extra_info"]["source_id"]]), truth, row["extra_info"]
+        )
         wrong = compute_score(row["data_source"], boxed("123456789"), truth, row["extra_info"])
         assert (right["score"], wrong["acc"]) == (1.0, 0.0), (row["extra_info"]["source_id"], right, wrong)
 
 
 def _code_rows(fixtures: Path, tmp_path: Path) -> list[dict]:
     lcb, train = tmp_path / "lcb.parquet", tmp_path / "train.parquet"
-    assert code_cli.main(["--input", f"livecodebench={fixtures / 'code_generation_lite'}", "--output", str(lcb),
-                          "--start-date", "2025-02-01", "--end-date", "2025-05-01"]) == 0
+    assert (
+        code_cli.main(
+            [
+                "--input",
+                f"livecodebench={fixtures / 'code_generation_lite'}",
+                "--output",
+                str(lcb),
+                "--start-date",
+                "2025-02-01",
+                "--end-date",
+                "2025-05-01",
+            ]
+        )
+        == 0
+    )
     inputs = []
     for name in ("deepcoder_lcbv5", "deepcoder_primeintellect", "deepcoder_taco"):
         inputs += ["--input", f"deepcoder={fixtures / (name + '.parquet')}"]
@@ -99,8 +114,19 @@ def test_prepared_code_rows_score_one_with_a_correct_program(fixtures, tmp_path)
 
 def test_dapo_template_answer_line_scores_one(fixtures, tmp_path):
     output = tmp_path / "dapo.parquet"
-    assert math_cli.main(["--input", f"math_dapo={fixtures / 'dapo_math_17k.parquet'}", "--output", str(output),
-                          "--template", "dapo"]) == 0
+    assert (
+        math_cli.main(
+            [
+                "--input",
+                f"math_dapo={fixtures / 'dapo_math_17k.parquet'}",
+                "--output",
+                str(output),
+                "--template",
+                "dapo",
+            ]
+        )
+        == 0
+    )
     answers = MATH_SOLUTIONS["math_dapo"][1]
     for row in read_rows(output):
         response = f"Adding the terms step by step.\nAnswer: {answers[row['extra_info']['source_id']]}"

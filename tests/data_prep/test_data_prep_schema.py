@@ -59,7 +59,11 @@ def _mutate(row, path, value):
         (("prompt",), [{"role": "user"}], r"prompt\[0\]"),
         (("prompt",), [{"role": "robot", "content": "x"}], r"prompt\[0\].role"),
         (("prompt",), [{"role": "user", "content": "  "}], r"prompt\[0\].content"),
-        (("prompt",), [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], "prompt: the last message"),
+        (
+            ("prompt",),
+            [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
+            "prompt: the last message",
+        ),
         (("reward_model", "style"), "model", "reward_model.style"),
         (("reward_model", "ground_truth"), "", "reward_model.ground_truth"),
         (("reward_model", "ground_truth"), 2, "reward_model.ground_truth"),
@@ -104,11 +108,30 @@ def test_indices_are_unique():
         (json.dumps({"tests": [{"input": "1", "output": "2"}], "fn_name": None}), "test 0"),
         (json.dumps({"tests": [{"input": 1, "output": "2", "testtype": "stdin"}], "fn_name": None}), "strings"),
         (json.dumps({"tests": [{"input": "1", "output": "2", "testtype": "call"}], "fn_name": None}), "testtype"),
-        (json.dumps({"tests": [{"input": "1", "output": "2", "testtype": "functional"}], "fn_name": None}), "fn_name is required"),
-        (json.dumps({"tests": [{"input": "1", "output": "2", "testtype": "stdin"}], "fn_name": "f"}), "fn_name is required"),
-        (json.dumps({"tests": [{"input": "1", "output": "2", "testtype": "stdin"},
-                               {"input": "1", "output": "2", "testtype": "functional"}], "fn_name": "f"}), "one testtype"),
-        (json.dumps({"tests": [{"input": "1", "output": "2", "testtype": "functional"}], "fn_name": ""}), "fn_name must"),
+        (
+            json.dumps({"tests": [{"input": "1", "output": "2", "testtype": "functional"}], "fn_name": None}),
+            "fn_name is required",
+        ),
+        (
+            json.dumps({"tests": [{"input": "1", "output": "2", "testtype": "stdin"}], "fn_name": "f"}),
+            "fn_name is required",
+        ),
+        (
+            json.dumps(
+                {
+                    "tests": [
+                        {"input": "1", "output": "2", "testtype": "stdin"},
+                        {"input": "1", "output": "2", "testtype": "functional"},
+                    ],
+                    "fn_name": "f",
+                }
+            ),
+            "one testtype",
+        ),
+        (
+            json.dumps({"tests": [{"input": "1", "output": "2", "testtype": "functional"}], "fn_name": ""}),
+            "fn_name must",
+        ),
     ],
 )
 def test_bad_code_ground_truth_is_refused(truth, message):

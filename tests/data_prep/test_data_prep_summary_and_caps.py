@@ -34,9 +34,7 @@ def test_progress_bar_passes_every_item_through(capsys):
 
 texts = st.text(alphabet="ab\nü", max_size=6)
 tests_strategy = st.lists(st.builds(CodeTest, texts, texts, st.just("stdin")), max_size=12)
-caps_strategy = st.builds(
-    CodeTestCaps, st.none() | st.integers(1, 14), st.none() | st.integers(1, 30)
-)
+caps_strategy = st.builds(CodeTestCaps, st.none() | st.integers(1, 14), st.none() | st.integers(1, 30))
 
 
 @settings(max_examples=300, deadline=None)

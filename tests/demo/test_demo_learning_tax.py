@@ -1,4 +1,4 @@
-"""End-to-end: ``python -m dfpo.demo`` with small settings shows the learning tax and DFPO's fix.
+"""End-to-end: ``python -m demo`` with small settings shows the learning tax and DFPO's fix.
 
 The assertions compare the methods' own numbers with each other (no expected values):
 
@@ -10,7 +10,7 @@ Settings checked by hand over seeds 0-5 with exactly these options: DFPO residua
 in every update against GSPO's mean 0.48-0.66; preference drift GSPO 0.39-1.54 nats, DFPO
 Min-Replace 0.014-0.23, Orth-Proj 0.020-0.26 (narrowest margin: seed 1, 0.39 against 0.23 and
 0.26). The plain log-prob drift is not asserted: on seed 1 mass leaking into the header from
-tokens trained elsewhere makes DFPO's larger than GSPO's (see dfpo.demo.measures).
+tokens trained elsewhere makes DFPO's larger than GSPO's (see demo.measures).
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ import json
 
 import torch
 
-from dfpo.demo.__main__ import main
-from dfpo.demo.config import DemoConfig
-from dfpo.demo.methods import select_methods
-from dfpo.demo.outputs import to_json
-from dfpo.demo.training import run_demo
-from dfpo.demo.warm_start import WarmStartConfig
+from demo.__main__ import main
+from demo.compared_methods import select_methods
+from demo.config import DemoConfig
+from demo.outputs import to_json
+from demo.training import run_demo
+from demo.warm_start import WarmStartConfig
 
 FLOAT_NOISE = 1e3 * torch.finfo(torch.float32).eps
 """A residual below this is rounding: the coefficients are float32 sums of a few hundred terms."""

@@ -6,10 +6,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dfpo.demo.measures import cancellation_sums, group_common_prefix_lengths, header_drift, length_reward_correlation, read_probe
-from dfpo.demo.policy_model import build_policy, response_logits, token_log_probs
-from dfpo.demo.rollout import sample_groups
-from dfpo.demo.toy_task import (
+from demo.group_sampling import sample_groups
+from demo.measures import (
+    cancellation_sums,
+    group_common_prefix_lengths,
+    header_drift,
+    length_reward_correlation,
+    read_probe,
+)
+from demo.policy_model import build_policy, response_logits, token_log_probs
+from demo.task import (
     DIGIT_OFFSET,
     EOS,
     HEADER_LEN,
@@ -129,11 +135,16 @@ def test_shared_positions_have_one_gradient_vector():
     """The residual's premise: at a shared position every member's ∇θ log π is the same vector."""
     torch.manual_seed(0)
     model = build_policy(seed=3)
-    rollout = sample_groups(model, make_prompts(torch.tensor([2, 5])), group_size=4, generator=torch.Generator().manual_seed(1))
+    rollout = sample_groups(
+        model, make_prompts(torch.tensor([2, 5])), group_size=4, generator=torch.Generator().manual_seed(1)
+    )
     log_prob = token_log_probs(response_logits(model, rollout.prompts, rollout.responses), rollout.responses)
     params = [p for p in model.parameters() if p.requires_grad]
     for t in range(HEADER_LEN):
-        grads = [torch.cat([g.reshape(-1) for g in torch.autograd.grad(log_prob[i, t], params, retain_graph=True)]) for i in (4, 6)]
+        grads = [
+            torch.cat([g.reshape(-1) for g in torch.autograd.grad(log_prob[i, t], params, retain_graph=True)])
+            for i in (4, 6)
+        ]
         assert torch.allclose(grads[0], grads[1], rtol=1e-5, atol=1e-7)
         assert torch.allclose(log_prob[4:8, t], log_prob[4, t].expand(4), rtol=0, atol=1e-6)
 

@@ -18,13 +18,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dfpo.demo.config import DemoConfig
-from dfpo.demo.measures import cancellation_sums, group_common_prefix_lengths
-from dfpo.demo.methods import PolicyLoss, build_actor_config, compute_advantages, select_methods
-from dfpo.demo.policy_model import build_policy, response_logits, token_log_probs
-from dfpo.demo.rollout import sample_groups
-from dfpo.demo.toy_task import sample_prompts
-from dfpo.demo.warm_start import WarmStartConfig, warm_start
+from demo.compared_methods import PolicyLoss, build_actor_config, compute_advantages, select_methods
+from demo.config import DemoConfig
+from demo.group_sampling import sample_groups
+from demo.measures import cancellation_sums, group_common_prefix_lengths
+from demo.policy_model import build_policy, response_logits, token_log_probs
+from demo.task import sample_prompts
+from demo.warm_start import WarmStartConfig, warm_start
 
 GROUP_SIZE = 8
 PROMPTS = 4

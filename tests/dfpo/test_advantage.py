@@ -71,7 +71,9 @@ def test_padding_rows_do_not_enter_group_statistics():
 def test_agrees_with_verl_grpo_on_ordinary_groups(norm):
     g = torch.Generator().manual_seed(0)
     uids = np.array([f"p{i // 4}" for i in range(16)], dtype=object)
-    trw, mask = _rows(torch.randint(0, 2, (16,), generator=g).float().tolist(), torch.randint(1, 6, (16,), generator=g).tolist())
+    trw, mask = _rows(
+        torch.randint(0, 2, (16,), generator=g).float().tolist(), torch.randint(1, 6, (16,), generator=g).tolist()
+    )
     ours = compute_dfpo_outcome_advantage(trw, mask, uids, norm_adv_by_std=norm)
     verl_adv, _ = compute_grpo_outcome_advantage(trw, mask, uids, norm_adv_by_std_in_grpo=norm)
     torch.testing.assert_close(ours, verl_adv, rtol=1e-5, atol=1e-6)
@@ -81,8 +83,18 @@ def test_registered_estimator_honours_norm_adv_by_std_in_grpo():
     fn = get_adv_estimator_fn("dfpo")
     trw, mask = _rows([1.0, 0.0, 0.0, 0.0], [2, 2, 3, 1])
     uids = np.array(["a"] * 4, dtype=object)
-    normed, returns = fn(token_level_rewards=trw, response_mask=mask, config=OmegaConf.create({"norm_adv_by_std_in_grpo": True}), index=uids)
-    plain, _ = fn(token_level_rewards=trw, response_mask=mask, config=OmegaConf.create({"norm_adv_by_std_in_grpo": False}), index=uids)
+    normed, returns = fn(
+        token_level_rewards=trw,
+        response_mask=mask,
+        config=OmegaConf.create({"norm_adv_by_std_in_grpo": True}),
+        index=uids,
+    )
+    plain, _ = fn(
+        token_level_rewards=trw,
+        response_mask=mask,
+        config=OmegaConf.create({"norm_adv_by_std_in_grpo": False}),
+        index=uids,
+    )
     torch.testing.assert_close(returns, normed)
     assert float(plain[0, 0]) == pytest.approx(0.75)
     assert float(normed[0, 0]) == pytest.approx(0.75 / (0.5 + 1e-6), rel=1e-5)

@@ -4,8 +4,8 @@ verl 0.9.1's V1 trainer reads ``algorithm.rollout_correction.bypass_mode``; with
 ``_compute_old_log_prob`` copies the rollout's log-probs into ``old_log_probs`` instead of asking
 the actor, so θ_old (the rollout policy) ≠ θ already on the first mini-batch and the pre-pass must
 forward it. The actor worker never sees that key: dfpo's trainer tells it
-(``dfpo_old_log_probs_at_step_params``, :func:`dfpo.trainer.bypass_mode`), and the worker asserts
-the flag against the batch (:func:`dfpo.workers.check_old_log_probs_at_step_params`). Tested here
+(``dfpo_old_log_probs_at_step_params``, :func:`dfpo.verl.trainer.bypass_mode`), and the worker asserts
+the flag against the batch (:func:`dfpo.verl.workers.check_old_log_probs_at_step_params`). Tested here
 under the trainer's own config and code, and end to end through verl's real actor worker against a
 reference that forwards every mini-batch.
 """
@@ -18,9 +18,9 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from dfpo.hydra_config import compose_trainer_config
-from dfpo.trainer import bypass_mode
-from dfpo.workers import OLD_LOG_PROBS_AT_STEP_PARAMS, check_old_log_probs_at_step_params
+from dfpo.launch.compose import compose_trainer_config
+from dfpo.verl.trainer import bypass_mode
+from dfpo.verl.workers import OLD_LOG_PROBS_AT_STEP_PARAMS, check_old_log_probs_at_step_params
 
 
 def _nested(rows):
@@ -91,7 +91,9 @@ def _padded(rows):
 
 @pytest.mark.parametrize("bypass", [True, False])
 def test_the_flag_and_its_assertion_match_what_the_v1_trainer_did(monkeypatch, bypass):
-    store, actor, cfg = _trainer_old_log_probs(monkeypatch, [f"algorithm.rollout_correction.bypass_mode={str(bypass).lower()}"])
+    store, actor, cfg = _trainer_old_log_probs(
+        monkeypatch, [f"algorithm.rollout_correction.bypass_mode={str(bypass).lower()}"]
+    )
     old = _padded(store["old_log_probs"])
     expected = store["rollout_log_probs"] if bypass else actor
     torch.testing.assert_close(old, _padded(expected), rtol=0, atol=0)
@@ -135,7 +137,13 @@ def test_bypass_mode_update_equals_the_reference_that_forwards_every_mini_batch(
         scale = max(float(d.abs().max()) for d in deltas.values())
         assert scale > 1e-5, label
         for name, delta in deltas.items():
-            torch.testing.assert_close(delta, expected[name] - state_before[name], rtol=1e-4, atol=1e-5 * scale, msg=lambda m, name=name: f"{label}: {name}: {m}")
+            torch.testing.assert_close(
+                delta,
+                expected[name] - state_before[name],
+                rtol=1e-4,
+                atol=1e-5 * scale,
+                msg=lambda m, name=name: f"{label}: {name}: {m}",
+            )
         forwarded = metrics["dfpo/prepass_forward"]
         assert forwarded == ([1.0, 1.0] if label == "bypass" else [0.0, 1.0]), (label, forwarded)
 
@@ -143,11 +151,11 @@ def test_bypass_mode_update_equals_the_reference_that_forwards_every_mini_batch(
 def _bypass_rounds(rank, world_size, tmp_path):
     from verl.utils import tensordict_utils as tu
 
-    from dfpo.workers import DFPOActorRolloutRefWorker
+    from dfpo.verl.workers import DFPOActorRolloutRefWorker
     from tests.integration import cpu_verl_harness as h
 
     overrides = [
-        "actor_rollout_ref.actor.policy_loss._target_=dfpo.loss_config.DFPOPolicyLossConfig",
+        "actor_rollout_ref.actor.policy_loss._target_=dfpo.verl.loss_config.DFPOPolicyLossConfig",
         "actor_rollout_ref.actor.policy_loss.loss_mode=dfpo",
         "algorithm.adv_estimator=dfpo",
         "actor_rollout_ref.rollout.n=4",
@@ -175,7 +183,9 @@ def _bypass_rounds(rank, world_size, tmp_path):
         output = worker.update_actor(batch_with_meta)
         after = h.actor_state_dict(worker)
         model = h.load_hf_model(model_dir)
-        steps = h.global_mini_batches(len(batch), 1, meta["mini_batch_size"], meta["epochs"], meta["shuffle"], meta["seed"])
+        steps = h.global_mini_batches(
+            len(batch), 1, meta["mini_batch_size"], meta["epochs"], meta["shuffle"], meta["seed"]
+        )
         h.reference_update(model, h.optimizer_settings(worker), batch, steps, h.whole_group_dfpo_loss)
         expected = {name: p.detach().clone() for name, p in model.named_parameters()}
         out[label] = (before, after, dict(output["metrics"]), expected)

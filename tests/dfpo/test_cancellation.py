@@ -24,8 +24,14 @@ def shared_prefix_group(seed: int, log_ratio_scale: float = 0.05, dtype=torch.fl
     mask = (torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)).to(dtype)
     shared_old = -torch.rand(P, generator=g, dtype=torch.float64)
     div_old = -torch.rand(G, T - P, generator=g, dtype=torch.float64)
-    shared = (shared_old + log_ratio_scale * torch.randn(P, generator=g, dtype=torch.float64)).to(dtype).requires_grad_(True)
-    div = (div_old + log_ratio_scale * torch.randn(G, T - P, generator=g, dtype=torch.float64)).to(dtype).requires_grad_(True)
+    shared = (
+        (shared_old + log_ratio_scale * torch.randn(P, generator=g, dtype=torch.float64)).to(dtype).requires_grad_(True)
+    )
+    div = (
+        (div_old + log_ratio_scale * torch.randn(G, T - P, generator=g, dtype=torch.float64))
+        .to(dtype)
+        .requires_grad_(True)
+    )
     log_prob = torch.cat([shared.expand(G, P), div], dim=1)
     old = torch.cat([shared_old.expand(G, P), div_old], dim=1).to(dtype)
     rewards = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0], dtype=torch.float64)
@@ -80,7 +86,13 @@ def test_controls_and_ablations_do_not_cancel(seed, kw):
 def test_verl_gspo_does_not_cancel(seed):
     # Tiny log-ratios keep GSPO's 3e-4/4e-4 sequence clip inactive: the asymmetry is the 1/L_i.
     d = shared_prefix_group(seed, log_ratio_scale=1e-6)
-    cfg = actor_config(["actor_rollout_ref.actor.policy_loss.loss_mode=gspo", "actor_rollout_ref.actor.clip_ratio_low=3e-4", "actor_rollout_ref.actor.clip_ratio_high=4e-4"])
+    cfg = actor_config(
+        [
+            "actor_rollout_ref.actor.policy_loss.loss_mode=gspo",
+            "actor_rollout_ref.actor.clip_ratio_low=3e-4",
+            "actor_rollout_ref.actor.clip_ratio_high=4e-4",
+        ]
+    )
     loss, _ = get_policy_loss_fn("gspo")(d["old"], d["log_prob"], d["adv"], d["mask"], "seq-mean-token-mean", cfg, None)
     shared, div = shared_and_divergent_grads(loss, d)
     assert div > 1e-3

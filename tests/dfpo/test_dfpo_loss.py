@@ -8,13 +8,15 @@ import pytest
 import torch
 
 from dfpo import compute_dfpo_loss
-from dfpo.group_statistics import RowStatistics, compute_group_weights, row_statistics
-from dfpo.shared_prefix import shared_prefix_lengths
+from dfpo.algorithm.group_statistics import RowStatistics, compute_group_weights, row_statistics
+from dfpo.algorithm.shared_prefix import shared_prefix_lengths
 from tests.dfpo.batches import random_batch
 from tests.dfpo.reference import reference_dfpo_loss, reference_prefix_lengths
 
 OPTIONS = list(
-    itertools.product(["min_replace", "orth_proj", "scale", "none"], ["all", "shared_prefix"], [True, False], [False, True])
+    itertools.product(
+        ["min_replace", "orth_proj", "scale", "none"], ["all", "shared_prefix"], [True, False], [False, True]
+    )
 )
 
 
@@ -50,7 +52,12 @@ def test_gradient_is_the_stop_grad_linear_estimator():
     """∇L = −(1/N) Σ_i Σ_t Â_i W̃_i ρ_{i,t} ∇log π(y_{i,t}): with log π as the leaf, the gradient is −Â W̃ ρ m / N."""
     b = random_batch(5, empty_rows=False)
     loss, _ = compute_dfpo_loss(
-        b.old_log_prob, b.log_prob, b.advantages, b.response_mask, b.group_index, rollout_is_weights=b.rollout_is_weights
+        b.old_log_prob,
+        b.log_prob,
+        b.advantages,
+        b.response_mask,
+        b.group_index,
+        rollout_is_weights=b.rollout_is_weights,
     )
     rows = row_statistics(b.log_prob, b.old_log_prob, b.advantages, b.response_mask, b.group_index)
     gw = compute_group_weights(rows)

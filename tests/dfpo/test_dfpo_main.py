@@ -10,7 +10,14 @@ import pytest
 
 def test_entry_point_composes_the_recipe_config():
     out = subprocess.run(
-        [sys.executable, "-m", "dfpo.main", "--cfg", "job", "actor_rollout_ref.actor.policy_loss.dfpo_transform=orth_proj"],
+        [
+            sys.executable,
+            "-m",
+            "dfpo.main",
+            "--cfg",
+            "job",
+            "actor_rollout_ref.actor.policy_loss.dfpo_transform=orth_proj",
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -26,9 +33,9 @@ def test_trainer_maps_the_actor_role_to_dfpo_worker(use_ref):
     from verl.trainer.ppo.utils import Role
     from verl.trainer.ppo.v1.trainer_base import get_trainer_cls
 
-    from dfpo.hydra_config import compose_trainer_config
-    from dfpo.trainer import DFPOSyncTrainer
-    from dfpo.workers import DFPOActorRolloutRefWorker
+    from dfpo.launch.compose import compose_trainer_config
+    from dfpo.verl.trainer import DFPOSyncTrainer
+    from dfpo.verl.workers import DFPOActorRolloutRefWorker
 
     overrides = ["actor_rollout_ref.actor.use_kl_loss=true"] if use_ref else []
     cfg = compose_trainer_config(overrides, "dfpo_trainer")

@@ -1,4 +1,4 @@
-"""dfpo's trainers for verl's three V1 modes (dfpo/trainer.py): verl's trainer of each mode with
+"""dfpo's trainers for verl's three V1 modes (dfpo/verl/trainer.py): verl's trainer of each mode with
 DFPO's actor worker, verl's mode-dependent choices intact, and the old-log-probs flag the actor
 receives checked against what verl's own ``_compute_old_log_prob`` does in that mode."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dfpo.hydra_config import compose_trainer_config
+from dfpo.launch.compose import compose_trainer_config
 from tests.dfpo.test_bypass_mode import _FakeBatch, _FakeTransferQueue
 
 MODES = ("dfpo_sync", "dfpo_colocate_async", "dfpo_separate_async")
@@ -26,7 +26,12 @@ SEPARATE = [
 def _config(mode: str, overrides=()):
     extra = SEPARATE if "separate" in mode else []
     return compose_trainer_config(
-        [f"trainer.v1.trainer_mode={mode}", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", *extra, *overrides],
+        [
+            f"trainer.v1.trainer_mode={mode}",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+            *extra,
+            *overrides,
+        ],
         "dfpo_trainer",
     )
 
@@ -34,7 +39,7 @@ def _config(mode: str, overrides=()):
 def _trainer(mode: str, overrides=()):
     from verl.trainer.ppo.v1.trainer_base import get_trainer_cls
 
-    import dfpo.trainer  # noqa: F401  (registers the modes)
+    import dfpo.verl.trainer  # noqa: F401  (registers the modes)
 
     return get_trainer_cls(mode)(_config(mode, overrides))
 
@@ -47,8 +52,8 @@ def test_each_mode_is_verls_trainer_with_dfpo_actor_worker(mode, use_ref):
     from verl.trainer.ppo.v1.trainer_base import get_trainer_cls
     from verl.workers.engine_workers import ActorRolloutRefWorker
 
-    from dfpo.trainer import DFPO_TRAINER_MODES
-    from dfpo.workers import DFPOActorRolloutRefWorker, DFPODetachActorWorker
+    from dfpo.verl.trainer import DFPO_TRAINER_MODES
+    from dfpo.verl.workers import DFPOActorRolloutRefWorker, DFPODetachActorWorker
 
     trainer = _trainer(mode, ["actor_rollout_ref.actor.use_kl_loss=true"] if use_ref else [])
     assert isinstance(trainer, get_trainer_cls(DFPO_TRAINER_MODES[mode]))
@@ -61,7 +66,9 @@ def test_each_mode_is_verls_trainer_with_dfpo_actor_worker(mode, use_ref):
     if Role.RefPolicy in trainer.role_worker_mapping:  # the reference keeps verl's class
         ref_cls = DetachActorWorker if "separate" in mode else ActorRolloutRefWorker
         assert trainer.role_worker_mapping[Role.RefPolicy].__ray_metadata__.class_name == ref_cls.__name__
-    assert issubclass(DFPODetachActorWorker, DetachActorWorker) and issubclass(DFPODetachActorWorker, DFPOActorRolloutRefWorker)
+    assert issubclass(DFPODetachActorWorker, DetachActorWorker) and issubclass(
+        DFPODetachActorWorker, DFPOActorRolloutRefWorker
+    )
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -70,7 +77,7 @@ def test_verls_mode_dependent_choices_are_those_of_verls_own_mode(mode):
     replay buffer for sync and a parameter_sync_step of 1 for separate_async."""
     from verl.trainer.ppo.v1.trainer_base import get_trainer_cls
 
-    from dfpo.trainer import DFPO_TRAINER_MODES
+    from dfpo.verl.trainer import DFPO_TRAINER_MODES
 
     verl_mode = DFPO_TRAINER_MODES[mode]
     ours = _trainer(mode)
@@ -126,7 +133,7 @@ def test_the_flag_says_whether_verls_old_log_probs_are_at_the_update_parameters(
     exactly when the old log-probs are log π at the parameters the update starts from."""
     from verl.trainer.ppo.v1 import trainer_base
 
-    from dfpo.workers import OLD_LOG_PROBS_AT_STEP_PARAMS
+    from dfpo.verl.workers import OLD_LOG_PROBS_AT_STEP_PARAMS
 
     lengths = [3, 2, 4, 1]
     generator = torch.Generator().manual_seed(0)
@@ -147,7 +154,9 @@ def test_the_flag_says_whether_verls_old_log_probs_are_at_the_update_parameters(
         for trigger in range(trainer.parameter_sync_step):
             trainer.local_trigger_step = trigger
             batch = _FakeBatch(len(lengths))
-            batch.tags = [{"min_global_steps": step - 1 - (i % 2), "max_global_steps": step - 1} for i in range(len(lengths))]
+            batch.tags = [
+                {"min_global_steps": step - 1 - (i % 2), "max_global_steps": step - 1} for i in range(len(lengths))
+            ]
             metrics = {}
             trainer._compute_old_log_prob(batch, metrics)
             trainer._update_actor(batch, metrics)
@@ -185,6 +194,6 @@ def test_a_poll_interval_that_is_not_positive_is_refused():
 def test_the_cpu_platform_polls_faster_than_verls_default():
     from omegaconf import OmegaConf
 
-    from dfpo.hydra_config import DFPO_CONFIG_DIR
+    from dfpo.launch.compose import DFPO_CONFIG_DIR
 
     assert 0 < OmegaConf.load(Path(DFPO_CONFIG_DIR) / "platform" / "cpu.yaml").dfpo.sampler_poll_interval_s < 2.0

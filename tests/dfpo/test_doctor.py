@@ -1,4 +1,4 @@
-"""``python -m dfpo.doctor``: each check finds what it is for and names the fix."""
+"""``python -m dfpo.launch.doctor``: each check finds what it is for and names the fix."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from dfpo import doctor
-from dfpo.doctor import FAIL, OK, WARN
+from dfpo.launch import doctor
+from dfpo.launch.doctor import FAIL, OK, WARN
 
 REPO_ROOT = doctor.REPO_ROOT
 
@@ -116,7 +116,7 @@ def test_multi_node_runs_need_shared_storage_for_checkpoints(tmp_path):
 
 def _doctor(*args, **env):
     return subprocess.run(
-        [sys.executable, "-m", "dfpo.doctor", *args],
+        [sys.executable, "-m", "dfpo.launch.doctor", *args],
         cwd=REPO_ROOT,
         env={**os.environ, **env},
         capture_output=True,
@@ -144,10 +144,13 @@ def test_the_cpu_stack_passes_here_and_the_cli_fails_the_gpu_checks(tmp_path):
 
 
 def test_the_cpu_precision_line_says_what_auto_computes_in_and_why():
-    from dfpo.cpu.cpu_precision import CpuPrecision
+    from cpu_backend.precision import CpuPrecision
 
     avx2 = doctor.check_cpu_precision(CpuPrecision("AVX2", False, False, fp32_ms=7.0, bf16_ms=600.0, torch_threads=2))
     native = doctor.check_cpu_precision(CpuPrecision("AVX512", True, True, fp32_ms=9.0, bf16_ms=3.0, torch_threads=2))
     assert avx2.status == native.status == OK
-    assert avx2.detail.startswith("auto is fp32: no native bf16") and "ACTOR_DTYPE=bf16 would run many times slower" in avx2.detail
+    assert (
+        avx2.detail.startswith("auto is fp32: no native bf16")
+        and "ACTOR_DTYPE=bf16 would run many times slower" in avx2.detail
+    )
     assert native.detail.startswith("auto is bf16: native bf16")

@@ -1,8 +1,8 @@
 """``dfpo.main``'s driver prepares an example's model and task only when they are missing or stale.
 
 A launch of a CPU recipe names its example (``dfpo.example``); the driver checks the output root in
-its own process (:func:`dfpo.examples.prepare.is_prepared`) and runs ``python -m
-dfpo.examples.prepare`` only when something is missing or was written for another version, so a
+its own process (:func:`cpu_examples.prepare.is_prepared`) and runs ``python -m
+cpu_examples.prepare`` only when something is missing or was written for another version, so a
 relaunch (a resume, the quickstart's training after its prepare stage) does not pay that command's
 imports again.
 """
@@ -18,15 +18,15 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from dfpo import driver
-from dfpo.examples import prepare
-from dfpo.examples import pretrained_model as pm
-from dfpo.examples.tiny_model import SPEC_FILE, TinyModelSpec
-from dfpo.examples.toy_task import TEST_FILE, TRAIN_FILE
+from cpu_examples import prepare
+from cpu_examples import pretrained_model as pm
+from cpu_examples.addition_task import TEST_FILE, TRAIN_FILE
+from cpu_examples.tiny_model import SPEC_FILE, TinyModelSpec
+from dfpo.launch import driver_setup as driver
 
 
 def _tiny_root(root: Path, spec: TinyModelSpec = TinyModelSpec()) -> Path:
-    """An output root laid out as ``python -m dfpo.examples.prepare --model tiny`` leaves it (the
+    """An output root laid out as ``python -m cpu_examples.prepare --model tiny`` leaves it (the
     files' contents are not read by the check: the parquet files' presence and the model's spec)."""
     data = prepare.data_dir(root)
     data.mkdir(parents=True)
@@ -72,7 +72,7 @@ def test_a_tiny_root_missing_a_file_runs_the_prepare_command(tmp_path, commands,
     }[missing].unlink()
     assert not prepare.is_prepared(root, "tiny")
     driver.prepare_example(_config(root))
-    assert commands == [[sys.executable, "-m", "dfpo.examples.prepare", "--model", "tiny", "--output-root", str(root)]]
+    assert commands == [[sys.executable, "-m", "cpu_examples.prepare", "--model", "tiny", "--output-root", str(root)]]
 
 
 def test_a_tiny_model_built_from_another_spec_is_rebuilt(tmp_path, commands):
@@ -91,7 +91,7 @@ def test_an_unreadable_record_leaves_it_to_the_prepare_command(tmp_path, command
 
 def test_a_failing_prepare_command_stops_the_driver_naming_it(tmp_path, monkeypatch):
     monkeypatch.setattr(driver.subprocess, "run", lambda command, **kwargs: subprocess.CompletedProcess(command, 3))
-    with pytest.raises(driver.DriverSetupError, match=r"dfpo\.examples\.prepare --model tiny .* failed \(exit status 3"):
+    with pytest.raises(driver.DriverSetupError, match=r"cpu_examples\.prepare --model tiny .* failed \(exit status 3"):
         driver.prepare_example(_config(tmp_path / "empty"))
 
 

@@ -1,4 +1,4 @@
-"""``dfpo.eos_tokens.eos_token_ids``: where the rollout server and the evaluation backend stop."""
+"""``cpu_backend.eos_tokens.eos_token_ids``: where the rollout server and the evaluation backend stop."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from dfpo.eos_tokens import eos_token_ids
-from dfpo.evaluation.backends import transformers_backend
-from dfpo.cpu import server
+from cpu_backend import server
+from cpu_backend.eos_tokens import eos_token_ids
+from evaluation.backends import transformers_backend
 
 
 def _model(generation=None, config=None):

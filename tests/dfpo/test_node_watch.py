@@ -1,4 +1,4 @@
-"""dfpo.node_watch: a Ray node lost during the run ends the driver, saying which node.
+"""dfpo.operations.node_watch: a Ray node lost during the run ends the driver, saying which node.
 
 The watch runs against a scripted node table here (Ray's ``ray.nodes()`` rows: ``NodeID``,
 ``Alive``, ``NodeManagerAddress``, ``NodeManagerHostname``); the real loss of a node of a 2-node
@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from dfpo.node_watch import NODE_LOST_EXIT_STATUS, PERIOD_ENV, NodeWatch, lost_nodes, run_watched
+from dfpo.operations.node_watch import NODE_LOST_EXIT_STATUS, PERIOD_ENV, NodeWatch, lost_nodes, run_watched
 
 
 def node(node_id: str, alive: bool = True, address: str = "10.0.0.1", host: str = "gpu-a") -> dict:
@@ -49,14 +49,25 @@ def wait_for(condition, timeout: float = 5.0) -> bool:
 def test_lost_nodes_are_the_watched_ones_now_dead_or_gone():
     watched = {"a": node("a"), "b": node("b", address="10.0.0.2", host="gpu-b"), "c": node("c")}
     lost = lost_nodes(watched, [node("a"), node("b", alive=False)])
-    assert [(n.node_id, n.address, n.hostname) for n in lost] == [("b", "10.0.0.2", "gpu-b"), ("c", "10.0.0.1", "gpu-a")]
+    assert [(n.node_id, n.address, n.hostname) for n in lost] == [
+        ("b", "10.0.0.2", "gpu-b"),
+        ("c", "10.0.0.1", "gpu-a"),
+    ]
     assert lost_nodes(watched, [node("a"), node("b"), node("c"), node("d", alive=False)]) == []
 
 
 def test_a_node_lost_during_the_run_is_named_and_the_driver_interrupted():
     table = Table([node("head", host="h"), node("worker", address="10.0.0.2", host="w"), node("old", alive=False)])
     said, interrupted = [], threading.Event()
-    watch = NodeWatch(period_s=0.01, grace_s=5, nodes=table, ready=lambda: True, interrupt=interrupted.set, exit_now=pytest.fail, say=said.append)
+    watch = NodeWatch(
+        period_s=0.01,
+        grace_s=5,
+        nodes=table,
+        ready=lambda: True,
+        interrupt=interrupted.set,
+        exit_now=pytest.fail,
+        say=said.append,
+    )
     watch.start()
     assert wait_for(lambda: table.reads >= 3)
     assert not interrupted.is_set()  # a node dead before the watch began is not this run's loss
@@ -72,7 +83,14 @@ def test_a_node_lost_during_the_run_is_named_and_the_driver_interrupted():
 def test_a_node_that_joins_later_is_watched_from_then():
     table = Table([node("head")])
     interrupted = threading.Event()
-    watch = NodeWatch(period_s=0.01, exit_now=_never_exit, nodes=table, ready=lambda: True, interrupt=interrupted.set, say=lambda _: None)
+    watch = NodeWatch(
+        period_s=0.01,
+        exit_now=_never_exit,
+        nodes=table,
+        ready=lambda: True,
+        interrupt=interrupted.set,
+        say=lambda _: None,
+    )
     watch.start()
     assert wait_for(lambda: table.reads >= 2)
     table.rows = [node("head"), node("late")]
@@ -94,7 +112,9 @@ def test_nothing_is_read_before_ray_is_up_and_a_failing_read_is_retried():
             raise ConnectionError("GCS busy")
         return [node("head")]
 
-    watch = NodeWatch(period_s=0.01, exit_now=_never_exit, nodes=flaky, ready=up.is_set, interrupt=pytest.fail, say=pytest.fail)
+    watch = NodeWatch(
+        period_s=0.01, exit_now=_never_exit, nodes=flaky, ready=up.is_set, interrupt=pytest.fail, say=pytest.fail
+    )
     watch.start()
     time.sleep(0.1)
     assert calls == []
@@ -107,7 +127,15 @@ def test_nothing_is_read_before_ray_is_up_and_a_failing_read_is_retried():
 def test_a_driver_that_does_not_end_after_the_interrupt_exits_with_the_node_lost_status():
     table = Table([node("head"), node("worker")])
     exited = []
-    watch = NodeWatch(period_s=0.01, grace_s=0.05, nodes=table, ready=lambda: True, interrupt=lambda: None, exit_now=exited.append, say=lambda _: None)
+    watch = NodeWatch(
+        period_s=0.01,
+        grace_s=0.05,
+        nodes=table,
+        ready=lambda: True,
+        interrupt=lambda: None,
+        exit_now=exited.append,
+        say=lambda _: None,
+    )
     watch.start()
     assert wait_for(lambda: table.reads >= 2)
     table.rows = [node("head")]
@@ -127,7 +155,9 @@ def test_run_watched_turns_the_interrupt_into_the_node_lost_status_after_shutdow
     table = Table([node("head"), node("worker")])
     shut = []
     exited = []
-    watch = NodeWatch(period_s=0.01, grace_s=5, nodes=table, ready=lambda: True, exit_now=exited.append, say=lambda _: None)
+    watch = NodeWatch(
+        period_s=0.01, grace_s=5, nodes=table, ready=lambda: True, exit_now=exited.append, say=lambda _: None
+    )
 
     def run():  # verl's run_ppo, blocked until the interrupt arrives
         assert wait_for(lambda: table.reads >= 2)
@@ -144,9 +174,14 @@ def test_run_watched_leaves_a_user_interrupt_and_a_normal_end_alone(python_sigin
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run_watched(interrupted, NodeWatch(period_s=0.01, exit_now=_never_exit, nodes=Table([node("head")]), ready=lambda: True))
+        run_watched(
+            interrupted, NodeWatch(period_s=0.01, exit_now=_never_exit, nodes=Table([node("head")]), ready=lambda: True)
+        )
     done = []
-    run_watched(lambda: done.append(True), NodeWatch(period_s=0.01, exit_now=_never_exit, nodes=Table([node("head")]), ready=lambda: True))
+    run_watched(
+        lambda: done.append(True),
+        NodeWatch(period_s=0.01, exit_now=_never_exit, nodes=Table([node("head")]), ready=lambda: True),
+    )
     run_watched(lambda: done.append(True), None)
     assert done == [True, True]
 
@@ -170,7 +205,9 @@ def test_a_ray_error_before_the_watch_saw_the_loss_is_confirmed_from_the_node_ta
 
     table = Table([node("head"), node("worker")])
     said = []
-    watch = NodeWatch(period_s=0.01, exit_now=_never_exit, nodes=table, ready=lambda: True, interrupt=pytest.fail, say=said.append)
+    watch = NodeWatch(
+        period_s=0.01, exit_now=_never_exit, nodes=table, ready=lambda: True, interrupt=pytest.fail, say=said.append
+    )
 
     def run():
         assert wait_for(lambda: table.reads >= 2)  # the worker is watched
@@ -186,7 +223,13 @@ def test_a_ray_error_before_the_watch_saw_the_loss_is_confirmed_from_the_node_ta
 
 
 def test_other_errors_are_raised_as_they_are_without_waiting():
-    watch = NodeWatch(period_s=0.01, exit_now=_never_exit, nodes=Table([node("head"), node("worker")]), ready=lambda: True, interrupt=pytest.fail)
+    watch = NodeWatch(
+        period_s=0.01,
+        exit_now=_never_exit,
+        nodes=Table([node("head"), node("worker")]),
+        ready=lambda: True,
+        interrupt=pytest.fail,
+    )
     started = time.monotonic()
     with pytest.raises(ValueError, match="a bug"):
         run_watched(lambda: (_ for _ in ()).throw(ValueError("a bug")), watch)
@@ -201,7 +244,15 @@ def test_a_loss_the_thread_finds_while_the_driver_handles_a_ray_error_does_not_i
 
     table = Table([node("head"), node("worker")])
     interrupts, exited = [], []
-    watch = NodeWatch(period_s=0.01, grace_s=5, nodes=table, ready=lambda: True, interrupt=lambda: interrupts.append(1), exit_now=exited.append, say=lambda _: None)
+    watch = NodeWatch(
+        period_s=0.01,
+        grace_s=5,
+        nodes=table,
+        ready=lambda: True,
+        interrupt=lambda: interrupts.append(1),
+        exit_now=exited.append,
+        say=lambda _: None,
+    )
 
     def run():
         assert wait_for(lambda: table.reads >= 2)
@@ -214,12 +265,20 @@ def test_a_loss_the_thread_finds_while_the_driver_handles_a_ray_error_does_not_i
     assert [n.node_id for n in watch.lost] == ["worker"] and interrupts == [] and exited == []
 
 
-def test_the_watch_interrupt_arriving_while_the_driver_decides_still_ends_with_the_node_lost_status(python_sigint_handler, monkeypatch):
+def test_the_watch_interrupt_arriving_while_the_driver_decides_still_ends_with_the_node_lost_status(
+    python_sigint_handler, monkeypatch
+):
     """The interrupt sent just before the driver said it was ending lands in its handler: the
     loss it carries is recorded, so the driver still ends with the node-lost status."""
     from ray.exceptions import RayError
 
-    watch = NodeWatch(period_s=60, exit_now=_never_exit, nodes=Table([node("head"), node("worker")]), ready=lambda: True, say=lambda _: None)
+    watch = NodeWatch(
+        period_s=60,
+        exit_now=_never_exit,
+        nodes=Table([node("head"), node("worker")]),
+        ready=lambda: True,
+        say=lambda _: None,
+    )
 
     def interrupted_while_confirming(timeout_s: float, poll_s: float = 1.0) -> bool:
         watch._report(lost_nodes({"worker": node("worker")}, [node("head")]))

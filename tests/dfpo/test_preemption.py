@@ -1,4 +1,4 @@
-"""dfpo.preemption: SIGTERM to the driver stops the run after the step in flight, checkpointed.
+"""dfpo.operations.preemption: SIGTERM to the driver stops the run after the step in flight, checkpointed.
 
 The driver's side with real signals to this process (the request is a stand-in); the trainer's
 side on verl's loop attributes; the request as a real named Ray actor read from another process
@@ -15,8 +15,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from dfpo import preemption, trainer
-from dfpo.preemption import GRACE_ENV, PREEMPTED_EXIT_STATUS, InstallOnCreate, Preemption, grace_from_environment, run_preemptible
+from dfpo.operations import preemption
+from dfpo.operations.preemption import (
+    GRACE_ENV,
+    PREEMPTED_EXIT_STATUS,
+    InstallOnCreate,
+    Preemption,
+    grace_from_environment,
+    run_preemptible,
+)
+from dfpo.verl import trainer
 
 
 @pytest.fixture
@@ -64,7 +72,10 @@ def test_sigterm_asks_the_trainer_to_stop_and_the_driver_ends_with_75_naming_the
         run_preemptible(run, stop)
     assert ended.value.code == PREEMPTED_EXIT_STATUS
     assert "finishing the step in flight and saving its checkpoint" in said[0]
-    assert "dfpo: stopped on SIGTERM after step 3, its checkpoint saved; relaunch the same command to resume" in capsys.readouterr().err
+    assert (
+        "dfpo: stopped on SIGTERM after step 3, its checkpoint saved; relaunch the same command to resume"
+        in capsys.readouterr().err
+    )
 
 
 def test_a_step_that_outlasts_the_grace_is_abandoned_with_the_same_status(own_signals, capsys):
@@ -135,11 +146,17 @@ def test_the_handler_is_installed_when_the_task_runner_is_created():
     """verl's run_ppo calls ray.init (which installs Ray's own SIGTERM handler), then creates the
     TaskRunner: the first moment the driver's handler can be ours."""
     calls = []
-    actor_class = SimpleNamespace(remote=lambda *a: calls.append(("remote", a)) or "handle", options=lambda **kw: SimpleNamespace(remote=lambda: calls.append(("options", kw)) or "h2"))
+    actor_class = SimpleNamespace(
+        remote=lambda *a: calls.append(("remote", a)) or "handle",
+        options=lambda **kw: SimpleNamespace(remote=lambda: calls.append(("options", kw)) or "h2"),
+    )
     wrapped = InstallOnCreate(actor_class, lambda: calls.append("install"))
     assert calls == []
     assert wrapped.remote(1) == "handle" and calls == ["install", ("remote", (1,))]
-    assert wrapped.options(runtime_env={"nsight": {}}).remote() == "h2" and calls[-2:] == ["install", ("options", {"runtime_env": {"nsight": {}}})]
+    assert wrapped.options(runtime_env={"nsight": {}}).remote() == "h2" and calls[-2:] == [
+        "install",
+        ("options", {"runtime_env": {"nsight": {}}}),
+    ]
 
 
 class FakeTrainer:
@@ -161,7 +178,9 @@ class FakeTrainer:
     ("step", "save_freq", "saves"),
     [(3, 5, [3]), (5, 5, []), (3, -1, [3]), (10, 5, [])],  # verl saves steps 5 and 10 itself; with save_freq -1 never
 )
-def test_the_trainer_checkpoints_the_step_unless_verl_just_did_and_makes_it_the_last(monkeypatch, step, save_freq, saves):
+def test_the_trainer_checkpoints_the_step_unless_verl_just_did_and_makes_it_the_last(
+    monkeypatch, step, save_freq, saves
+):
     recorded = []
     monkeypatch.setattr(trainer, "stop_requested", lambda: "request")
     monkeypatch.setattr(trainer, "record_stop", lambda handle, at: recorded.append((handle, at)))

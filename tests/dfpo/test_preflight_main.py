@@ -1,4 +1,4 @@
-"""``python -m dfpo.main`` runs dfpo.preflight before Ray: a run that cannot learn or cannot resume
+"""``python -m dfpo.main`` runs dfpo.launch.preflight before Ray: a run that cannot learn or cannot resume
 stops in seconds, naming the key or the file, and starts no Ray cluster.
 
 The command is the tiny CPU recipe's (its ``DRY_RUN=1`` line), run directly: the path that skips
@@ -14,10 +14,10 @@ import sys
 import pytest
 import torch
 
-from dfpo.driver import DriverSetupError, check_platform, resolve
-from dfpo.hydra_config import compose_trainer_config
-from dfpo.preflight import TRACKER_FILE, PreflightError, check_input_files
-from dfpo.recipe import recipe_environment
+from dfpo.launch.compose import compose_trainer_config
+from dfpo.launch.driver_setup import DriverSetupError, check_platform, resolve
+from dfpo.launch.preflight import TRACKER_FILE, PreflightError, check_input_files
+from dfpo.launch.recipe import recipe_environment
 from tests.recipes.recipe_commands import REPO_ROOT, dry_run
 
 pytestmark = pytest.mark.slow
@@ -67,7 +67,10 @@ def test_a_damaged_latest_checkpoint_without_an_intact_one_stops_before_ray_nami
 def test_a_batch_that_splits_into_unequal_mini_batches_stops_before_ray(output_root):
     done = _main(output_root, "data.train_batch_size=6")  # the tiny recipe's mini-batch is 4 prompts
     assert done.returncode != 0
-    assert "dfpo preflight: data.train_batch_size=6 is not a multiple of actor_rollout_ref.actor.ppo_mini_batch_size=4" in done.stderr, done.stderr[-2000:]
+    assert (
+        "dfpo preflight: data.train_batch_size=6 is not a multiple of actor_rollout_ref.actor.ppo_mini_batch_size=4"
+        in done.stderr
+    ), done.stderr[-2000:]
     assert RAY_STARTED not in done.stdout + done.stderr
 
 

@@ -1,5 +1,5 @@
 """A GPU launch on a node without the strong code-reward sandbox stops before training, naming the
-node (dfpo.preflight.check_sandbox_isolation, run by ``python -m dfpo.main``; the Ray nodes'
+node (dfpo.launch.preflight.check_sandbox_isolation, run by ``python -m dfpo.main``; the Ray nodes'
 check from the TaskRunner, dfpo.main.check_sandbox_on_every_node); with REWARD_SANDBOX_ALLOW_WEAK=1
 it goes on, saying so. CPU runs are not checked, math-only runs are said not to use the sandbox.
 The configs are the GPU and CPU recipes' own, composed as their driver does."""
@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 from omegaconf import OmegaConf
 
-from dfpo import driver
 from dfpo import main as dfpo_main
-from dfpo.preflight import PreflightError, check_sandbox_isolation, local_code_scoring
+from dfpo.launch import driver_setup as driver
+from dfpo.launch.preflight import PreflightError, check_sandbox_isolation, local_code_scoring
 from reward.sandbox import SandboxUnavailable, detect
 from reward.sandbox.detect import IsolationReport
 from tests.recipes.recipe_commands import REPO_ROOT, dry_run, resolved_config
@@ -24,21 +24,33 @@ from tests.recipes.recipe_commands import REPO_ROOT, dry_run, resolved_config
 GPU_SCRIPT = "run_dfpo_min_replace_qwen3_1p7b.sh"
 CPU_SCRIPT = "run_dfpo_min_replace_tiny_cpu.sh"
 HOST = socket.gethostname()
-WEAK = IsolationReport(level="rlimits", interpreter="/usr/bin/python3", dedicated_uids=False, weaknesses=("no network isolation",))
+WEAK = IsolationReport(
+    level="rlimits", interpreter="/usr/bin/python3", dedicated_uids=False, weaknesses=("no network isolation",)
+)
 STRONG = IsolationReport(level="bwrap", interpreter="/usr/bin/python3", dedicated_uids=True)
 
 
 def _data(directory, *, code: bool):
     """DATA_DIR with the recipes' five files; their data_source math only, or with LiveCodeBench."""
     directory.mkdir(exist_ok=True)
-    for name, source in (("math_train", "math_dapo"), ("code_train", "livecodebench"), ("aime25", "aime25"), ("hmmt25", "hmmt25"), ("lcb_v6", "livecodebench")):
+    for name, source in (
+        ("math_train", "math_dapo"),
+        ("code_train", "livecodebench"),
+        ("aime25", "aime25"),
+        ("hmmt25", "hmmt25"),
+        ("lcb_v6", "livecodebench"),
+    ):
         source = source if code else "math_dapo"
-        pq.write_table(pa.table({"data_source": [source, "math_dapo"], "prompt": ["p", "q"]}), directory / f"{name}.parquet")
+        pq.write_table(
+            pa.table({"data_source": [source, "math_dapo"], "prompt": ["p", "q"]}), directory / f"{name}.parquet"
+        )
     return directory
 
 
 def _config(script, tmp_path, *, code: bool = True, **variables):
-    (command,) = dry_run(script, DATA_DIR=str(_data(tmp_path / "data", code=code)), OUTPUT_ROOT=str(tmp_path / "out"), **variables)
+    (command,) = dry_run(
+        script, DATA_DIR=str(_data(tmp_path / "data", code=code)), OUTPUT_ROOT=str(tmp_path / "out"), **variables
+    )
     return resolved_config(command.overrides)
 
 
@@ -50,7 +62,10 @@ def _fresh_warning(monkeypatch):
 def test_a_gpu_recipe_on_a_weak_node_stops_naming_the_node_and_goes_on_only_when_opted_in(tmp_path):
     config = _config(GPU_SCRIPT, tmp_path)
     said = []
-    with pytest.raises(PreflightError, match=f"node {HOST}: the code-reward sandbox cannot isolate.*REWARD_SANDBOX_ALLOW_WEAK=1.*has code sources \\(livecodebench\\)"):
+    with pytest.raises(
+        PreflightError,
+        match=f"node {HOST}: the code-reward sandbox cannot isolate.*REWARD_SANDBOX_ALLOW_WEAK=1.*has code sources \\(livecodebench\\)",
+    ):
         check_sandbox_isolation(config, say=said.append, environ={}, report=WEAK)
     assert check_sandbox_isolation(config, say=said.append, environ={"REWARD_SANDBOX_ALLOW_WEAK": "1"}, report=WEAK)
     assert len(said) == 1 and said[0].startswith(f"WARNING: node {HOST}: REWARD_SANDBOX_ALLOW_WEAK=1")
@@ -70,7 +85,10 @@ def test_no_level_at_all_stops_a_gpu_recipe_too(tmp_path, monkeypatch):
 def test_math_only_and_remote_code_runs_are_not_blocked_but_said(tmp_path):
     said = []
     math_only = _config(GPU_SCRIPT, tmp_path, code=False)
-    assert local_code_scoring(math_only) == (False, "math only: no file of data.train_files or data.val_files has a code source")
+    assert local_code_scoring(math_only) == (
+        False,
+        "math only: no file of data.train_files or data.val_files has a code source",
+    )
     assert not check_sandbox_isolation(math_only, say=said.append, environ={}, report=WEAK)
     assert "the code-reward sandbox is not used by this run (math only" in said[-1]
     remote = _config(GPU_SCRIPT, tmp_path, code=True)
@@ -107,7 +125,9 @@ class _FakeRay:
         self.placed = []
 
     def nodes(self):
-        return [{"NodeID": node, "Alive": True, "Resources": {"CPU": 8.0}} for node in self.by_node] + [{"NodeID": "dead", "Alive": False, "Resources": {"CPU": 8.0}}]
+        return [{"NodeID": node, "Alive": True, "Resources": {"CPU": 8.0}} for node in self.by_node] + [
+            {"NodeID": "dead", "Alive": False, "Resources": {"CPU": 8.0}}
+        ]
 
     def remote(self, num_cpus):
         assert num_cpus == 0
@@ -129,7 +149,12 @@ class _FakeRay:
 
 def test_every_ray_node_is_checked_and_the_weak_ones_named(monkeypatch):
     ok = {"host": "gpu-a", "level": "bwrap", "strong": True, "refusal": None}
-    weak = {"host": "gpu-b", "level": "rlimits", "strong": False, "refusal": "node gpu-b: the code-reward sandbox cannot isolate untrusted code here"}
+    weak = {
+        "host": "gpu-b",
+        "level": "rlimits",
+        "strong": False,
+        "refusal": "node gpu-b: the code-reward sandbox cannot isolate untrusted code here",
+    }
     n1, n2, n3 = ("%02x" % i * 28 for i in (1, 2, 3))  # Ray's node ids: 28 bytes in hex
     fake = _FakeRay({n1: ok, n2: weak, n3: dict(ok, host="gpu-c")})
     for name in ("nodes", "remote", "get"):
@@ -153,21 +178,40 @@ def test_a_gpu_launch_on_a_node_without_the_strong_sandbox_stops_before_training
 
     model = tmp_path / "model"
     model.mkdir()
-    (command,) = dry_run(GPU_SCRIPT, MODEL_PATH=str(model), DATA_DIR=str(_data(tmp_path / "data", code=True)), OUTPUT_ROOT=str(tmp_path / "out"))
+    (command,) = dry_run(
+        GPU_SCRIPT,
+        MODEL_PATH=str(model),
+        DATA_DIR=str(_data(tmp_path / "data", code=True)),
+        OUTPUT_ROOT=str(tmp_path / "out"),
+    )
     env = {**os.environ, "REWARD_SANDBOX_ISOLATION": "rlimits"}  # a node where only rlimits works
     env.pop("REWARD_SANDBOX_ALLOW_WEAK", None)
-    done = subprocess.run([sys.executable, *command.argv[1:], "dfpo.dry_run=true"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=180)
+    done = subprocess.run(
+        [sys.executable, *command.argv[1:], "dfpo.dry_run=true"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
-    assert f"dfpo preflight: node {HOST}: the code-reward sandbox cannot isolate untrusted code here: only the weak level rlimits" in done.stderr
+    assert (
+        f"dfpo preflight: node {HOST}: the code-reward sandbox cannot isolate untrusted code here: only the weak level rlimits"
+        in done.stderr
+    )
     assert "bash scripts/install_system_deps.sh" in done.stderr and "REWARD_SANDBOX_ALLOW_WEAK=1" in done.stderr
     assert "dfpo dry run" not in done.stdout and "Started a local Ray instance" not in done.stdout + done.stderr
 
 
 def test_doctor_fails_a_gpu_node_with_a_weak_sandbox_unless_opted_in():
-    from dfpo.doctor import FAIL, OK, WARN, check_sandbox
+    from dfpo.launch.doctor import FAIL, OK, WARN, check_sandbox
 
     refused = check_sandbox("gpu", {}, WEAK)
-    assert refused.status == FAIL and "install_system_deps.sh" in refused.fix and "REWARD_SANDBOX_ALLOW_WEAK=1" in refused.fix
+    assert (
+        refused.status == FAIL
+        and "install_system_deps.sh" in refused.fix
+        and "REWARD_SANDBOX_ALLOW_WEAK=1" in refused.fix
+    )
     assert check_sandbox("gpu", {"REWARD_SANDBOX_ALLOW_WEAK": "1"}, WEAK).status == WARN
     assert check_sandbox("cpu", {}, WEAK).status == WARN  # the CPU stack: CI and laptops, as before
     assert check_sandbox("gpu", {}, STRONG).status == OK

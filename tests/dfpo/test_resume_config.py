@@ -1,4 +1,4 @@
-"""dfpo.resume_config: a relaunch that would resume a checkpoint must have the config its run recorded.
+"""dfpo.launch.resume: a relaunch that would resume a checkpoint must have the config its run recorded.
 
 Configs are the recipe's as ``python -m dfpo.main`` composes them (a GPU recipe's DRY_RUN line);
 the run folder is a temporary directory with verl's tracker file, as verl leaves it after a save.
@@ -13,9 +13,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from dfpo.hydra_config import compose_trainer_config
-from dfpo.preflight import TRACKER_FILE, PreflightError, preflight, resume_folder
-from dfpo.resume_config import RECORD_FILE, check_resume_config, differences, record_run_config
+from dfpo.launch.compose import compose_trainer_config
+from dfpo.launch.preflight import TRACKER_FILE, PreflightError, preflight, resume_folder
+from dfpo.launch.resume import RECORD_FILE, check_resume_config, differences, record_run_config
 from tests.recipes.recipe_commands import dry_run
 
 
@@ -26,7 +26,12 @@ def _recipe_overrides() -> tuple[str, ...]:
 
 
 def recipe_config(tmp_path, *extra: str):
-    overrides = [*_recipe_overrides(), f"trainer.default_local_dir={tmp_path / 'run'}", "trainer.resume_mode=auto", *extra]
+    overrides = [
+        *_recipe_overrides(),
+        f"trainer.default_local_dir={tmp_path / 'run'}",
+        "trainer.resume_mode=auto",
+        *extra,
+    ]
     return copy.deepcopy(compose_trainer_config(overrides, config_name="dfpo_trainer"))
 
 
@@ -55,7 +60,11 @@ def test_dfpos_own_keys_may_change_their_effects_are_compared(tmp_path):
     """Another log folder (LOG_DIR: dfpo.log_dir, the console log) resumes; dfpo's record of the
     method is not compared itself, the method's verl keys are (the next test)."""
     config = _saved_run(tmp_path)
-    check_resume_config(recipe_config(tmp_path, "dfpo.log_dir=/elsewhere/logs", "dfpo.console_log=/elsewhere/run.log"), resume_folder(config), say=print)
+    check_resume_config(
+        recipe_config(tmp_path, "dfpo.log_dir=/elsewhere/logs", "dfpo.console_log=/elsewhere/run.log"),
+        resume_folder(config),
+        say=print,
+    )
 
 
 @pytest.mark.parametrize(
@@ -79,7 +88,10 @@ def test_a_changed_setting_is_refused_before_ray_naming_the_key(tmp_path, change
 def test_what_only_manages_the_run_may_change(tmp_path):
     _saved_run(tmp_path)
     relaunch = recipe_config(
-        tmp_path, "trainer.total_training_steps=400", "trainer.save_freq=5", "trainer.logger=[console]",
+        tmp_path,
+        "trainer.total_training_steps=400",
+        "trainer.save_freq=5",
+        "trainer.logger=[console]",
         "ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH='/elsewhere/x.jsonl'",
     )
     check_resume_config(relaunch, resume_folder(relaunch), say=pytest.fail)

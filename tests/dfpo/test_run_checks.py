@@ -1,4 +1,4 @@
-"""``python -m dfpo.run_checks``: the rollout-vs-actor log-prob gap is judged, by the run's numerics."""
+"""``python -m dfpo.operations.run_checks``: the rollout-vs-actor log-prob gap is judged, by the run's numerics."""
 
 from __future__ import annotations
 
@@ -8,15 +8,20 @@ import sys
 
 import pytest
 
-from dfpo.run_checks import ROLLOUT_GAP_BOUNDS, check_run
-from dfpo.verl_logs import read_file_log
+from dfpo.operations.run_checks import ROLLOUT_GAP_BOUNDS, check_run
+from dfpo.operations.training_logs import read_file_log
 
 
 def _log(tmp_path, gaps: list[float | None]):
     path = tmp_path / "run.jsonl"
     lines = []
     for step, gap in enumerate(gaps, start=1):
-        data = {"critic/score/mean": 0.5, "actor/grad_norm": 0.3, "actor/dfpo/shared_token_grad_residual": 3e-8, "actor/dfpo/shared_token_grad_eps": 1.1920928955078125e-07}
+        data = {
+            "critic/score/mean": 0.5,
+            "actor/grad_norm": 0.3,
+            "actor/dfpo/shared_token_grad_residual": 3e-8,
+            "actor/dfpo/shared_token_grad_eps": 1.1920928955078125e-07,
+        }
         if gap is not None:
             data["training/rollout_probs_diff_max"] = gap
         lines.append(json.dumps({"step": step, "data": data}))
@@ -25,7 +30,11 @@ def _log(tmp_path, gaps: list[float | None]):
 
 
 def _gap_check(path, numerics: str) -> bool:
-    (result,) = [ok for ok, text in check_run(read_file_log(path), 2, True, None, numerics) if text.startswith("rollout log-probs")]
+    (result,) = [
+        ok
+        for ok, text in check_run(read_file_log(path), 2, True, None, numerics)
+        if text.startswith("rollout log-probs")
+    ]
     return result
 
 
@@ -50,7 +59,7 @@ def test_fp32_bound_is_tighter_than_bf16():
 
 def test_the_command_exits_1_on_a_gap_above_the_bound(tmp_path):
     path = _log(tmp_path, [1e-5, 0.02])
-    command = [sys.executable, "-m", "dfpo.run_checks", str(path), "--steps", "2", "--dfpo"]
+    command = [sys.executable, "-m", "dfpo.operations.run_checks", str(path), "--steps", "2", "--dfpo"]
     fp32 = subprocess.run([*command, "--rollout-numerics", "fp32"], capture_output=True, text=True, check=False)
     assert fp32.returncode == 1 and "FAIL  rollout log-probs match the actor's (fp32 bound 0.001)" in fp32.stdout
     bf16 = subprocess.run(command, capture_output=True, text=True, check=False)  # default: bf16, the GPU recipes
@@ -60,9 +69,11 @@ def test_the_command_exits_1_on_a_gap_above_the_bound(tmp_path):
 def test_in_bypass_mode_the_gap_is_not_computed_and_not_required(tmp_path):
     """verl's bypass mode uses the rollout's log-probs as the old ones: no actor recompute, no gap logged
     (seen in scripts/gpu_smoke.sh --cpu's bypass step); a gap that is logged is still judged."""
+
     def gap_check(gaps, old):
         (result,) = [
-            (ok, text) for ok, text in check_run(read_file_log(_log(tmp_path, gaps)), 2, True, old, "fp32")
+            (ok, text)
+            for ok, text in check_run(read_file_log(_log(tmp_path, gaps)), 2, True, old, "fp32")
             if text.startswith("rollout log-probs")
         ]
         return result
@@ -77,10 +88,20 @@ def _gradient_log(tmp_path, steps: list[tuple[float, float, float]]):
     """steps: (grad_norm, advantages max, advantages min) per step."""
     path = tmp_path / "grad.jsonl"
     lines = [
-        json.dumps({"step": step, "data": {
-            "critic/score/mean": 0.1, "actor/grad_norm": grad, "critic/advantages/max": hi, "critic/advantages/min": lo,
-            "actor/dfpo/shared_token_grad_residual": 3e-8, "actor/dfpo/shared_token_grad_eps": 1.1920928955078125e-07, "training/rollout_probs_diff_max": 1e-5,
-        }})
+        json.dumps(
+            {
+                "step": step,
+                "data": {
+                    "critic/score/mean": 0.1,
+                    "actor/grad_norm": grad,
+                    "critic/advantages/max": hi,
+                    "critic/advantages/min": lo,
+                    "actor/dfpo/shared_token_grad_residual": 3e-8,
+                    "actor/dfpo/shared_token_grad_eps": 1.1920928955078125e-07,
+                    "training/rollout_probs_diff_max": 1e-5,
+                },
+            }
+        )
         for step, (grad, hi, lo) in enumerate(steps, start=1)
     ]
     path.write_text("\n".join(lines) + "\n")
@@ -88,7 +109,11 @@ def _gradient_log(tmp_path, steps: list[tuple[float, float, float]]):
 
 
 def _gradient_check(path, steps: int):
-    (result,) = [(ok, text) for ok, text in check_run(read_file_log(path), steps, True, None, "fp32") if text.startswith("finite non-zero gradient")]
+    (result,) = [
+        (ok, text)
+        for ok, text in check_run(read_file_log(path), steps, True, None, "fp32")
+        if text.startswith("finite non-zero gradient")
+    ]
     return result
 
 
@@ -114,7 +139,10 @@ def test_without_advantage_metrics_every_step_needs_a_gradient(tmp_path):
     ok, _ = _gradient_check(_log(tmp_path, [1e-5, 1e-5]), 2)
     assert ok
     path = tmp_path / "no_adv.jsonl"
-    path.write_text("\n".join(json.dumps({"step": s, "data": {"critic/score/mean": 0.0, "actor/grad_norm": 0.0}}) for s in (1, 2)) + "\n")
+    path.write_text(
+        "\n".join(json.dumps({"step": s, "data": {"critic/score/mean": 0.0, "actor/grad_norm": 0.0}}) for s in (1, 2))
+        + "\n"
+    )
     assert _gradient_check(path, 2)[0] is False
 
 
@@ -127,7 +155,11 @@ def _residual_check(tmp_path, residuals: list[float | None], eps: float = 1.1920
             data |= {"actor/dfpo/shared_token_grad_residual": residual, "actor/dfpo/shared_token_grad_eps": eps}
         lines.append(json.dumps({"step": step, "data": data}))
     path.write_text("\n".join(lines) + "\n")
-    (result,) = [(ok, text) for ok, text in check_run(read_file_log(path), len(residuals), True, None, "fp32") if text.startswith("DFPO gives")]
+    (result,) = [
+        (ok, text)
+        for ok, text in check_run(read_file_log(path), len(residuals), True, None, "fp32")
+        if text.startswith("DFPO gives")
+    ]
     return result
 
 
@@ -135,7 +167,11 @@ def _residual_check(tmp_path, residuals: list[float | None], eps: float = 1.1920
     ("residuals", "eps", "passes"),
     [
         ([3e-8, 1e-7], 1.1920928955078125e-07, True),  # float32 rounding
-        ([3e-8, 1.2e-2], 1.1920928955078125e-07, False),  # the no-stop-grad ablation's size (tests/dfpo/test_shared_token_gradient.py)
+        (
+            [3e-8, 1.2e-2],
+            1.1920928955078125e-07,
+            False,
+        ),  # the no-stop-grad ablation's size (tests/dfpo/test_shared_token_gradient.py)
         ([3e-8, 0.3], 0.0078125, False),  # GSPO's size, even with bf16 log-probs
         ([4e-3, 1e-2], 0.0078125, True),  # bf16 rounding
         ([None, None], 1.1920928955078125e-07, False),  # nothing measured and no weights residual logged: not a pass
@@ -148,8 +184,15 @@ def test_the_shared_token_gradient_check_is_rounding_by_the_log_probs_dtype(tmp_
 
 def test_without_a_measured_step_the_weights_residual_is_judged_and_named(tmp_path):
     path = tmp_path / "weights.jsonl"
-    steps = [{"critic/score/mean": 0.5, "actor/grad_norm": 0.3, "actor/dfpo/shared_token_grad_groups": 0.0, "actor/dfpo/cancellation_residual_after": after}
-             for after in (2e-17, 3e-3)]
+    steps = [
+        {
+            "critic/score/mean": 0.5,
+            "actor/grad_norm": 0.3,
+            "actor/dfpo/shared_token_grad_groups": 0.0,
+            "actor/dfpo/cancellation_residual_after": after,
+        }
+        for after in (2e-17, 3e-3)
+    ]
     path.write_text("\n".join(json.dumps({"step": i + 1, "data": d}) for i, d in enumerate(steps[:1])) + "\n")
     ((ok, text),) = [r for r in check_run(read_file_log(path), 1, True, None, "fp32") if r[1].startswith("DFPO gives")]
     assert ok and "gradient was not measured" in text
@@ -171,7 +214,11 @@ def _sync_log(tmp_path, kl: list[float], update_kl: list[float] | None):
 
 
 def _sync_check(log, numerics="fp32") -> tuple[bool, str]:
-    (result,) = [(ok, text) for ok, text in check_run(log, 3, False, None, numerics, weight_sync=True) if text.startswith("weights reached")]
+    (result,) = [
+        (ok, text)
+        for ok, text in check_run(log, 3, False, None, numerics, weight_sync=True)
+        if text.startswith("weights reached")
+    ]
     return result
 
 
@@ -222,7 +269,16 @@ def test_the_weight_sync_check_at_bf16(tmp_path, kl, update_kl, passes):
 
 def test_the_cli_runs_the_weight_sync_check_only_when_asked(tmp_path):
     _sync_log(tmp_path, [6.47e-5, 0.0387, 0.125], [0.0212, 0.0765, 0.0839])
-    command = [sys.executable, "-m", "dfpo.run_checks", str(tmp_path / "sync.jsonl"), "--steps", "3", "--rollout-numerics", "fp32"]
+    command = [
+        sys.executable,
+        "-m",
+        "dfpo.operations.run_checks",
+        str(tmp_path / "sync.jsonl"),
+        "--steps",
+        "3",
+        "--rollout-numerics",
+        "fp32",
+    ]
     plain = subprocess.run(command, capture_output=True, text=True)
     asked = subprocess.run(command + ["--weight-sync"], capture_output=True, text=True)
     assert "weights reached" not in plain.stdout

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from dfpo.shared_prefix import shared_prefix_lengths
+from dfpo.algorithm.shared_prefix import shared_prefix_lengths
 from tests.dfpo.batches import random_batch
 from tests.dfpo.reference import reference_prefix_lengths
 

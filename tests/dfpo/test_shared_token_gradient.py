@@ -1,4 +1,4 @@
-"""The shared-token residual measured from the loss's autograd gradient (dfpo/shared_token_gradient.py).
+"""The shared-token residual measured from the loss's autograd gradient (dfpo/verl/shared_token_gradient.py).
 
 It must be rounding for DFPO's transforms under stop-gradient and well above it for GSPO's weights
 and for the no-stop-grad ablation — whose weight-based residual (``cancellation_residual_after``)
@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dfpo.loss import compute_dfpo_loss
-from dfpo.shared_token_gradient import SharedTokenGradientRecorder, shared_token_gradient_residual
+from dfpo.algorithm.loss import compute_dfpo_loss
+from dfpo.verl.shared_token_gradient import SharedTokenGradientRecorder, shared_token_gradient_residual
 
 GROUP_SIZE = 4
 PREFIX = 3  # the first three response tokens are the same in every member of a group
@@ -42,7 +42,9 @@ def _batch(seed: int = 0, lengths_by_group=LENGTHS):
     return old, new.requires_grad_(True), advantages, mask, group_index, prefix_len
 
 
-def _residual(transform: str, stop_grad: bool = True, split: bool = False, lengths_by_group=LENGTHS) -> tuple[float, int, dict]:
+def _residual(
+    transform: str, stop_grad: bool = True, split: bool = False, lengths_by_group=LENGTHS
+) -> tuple[float, int, dict]:
     old, new, advantages, mask, group_index, prefix_len = _batch(lengths_by_group=lengths_by_group)
     loss, metrics = compute_dfpo_loss(old, new, advantages, mask, group_index, transform=transform, stop_grad=stop_grad)
     recorder = SharedTokenGradientRecorder()

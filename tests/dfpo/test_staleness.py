@@ -1,4 +1,4 @@
-"""dfpo/staleness.py: the per-step staleness diagnostics, against values worked out by hand."""
+"""dfpo/verl/staleness.py: the per-step staleness diagnostics, against values worked out by hand."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from dfpo.staleness import policy_lag_metrics, rollout_ratio_spread
+from dfpo.verl.staleness import policy_lag_metrics, rollout_ratio_spread
 
 
 def test_policy_lag_counts_versions_behind_the_oldest_weights_and_skips_padding():

@@ -11,8 +11,8 @@ from verl.trainer.ppo.core_algos import get_policy_loss_fn
 from verl.utils.config import omega_conf_to_dataclass
 
 from dfpo import compute_dfpo_loss
-from dfpo.loss_config import DFPOPolicyLossConfig
-from dfpo.micro_batch_groups import MicroBatchGroups, micro_batch_groups
+from dfpo.verl.loss_config import DFPOPolicyLossConfig
+from dfpo.verl.micro_batch_groups import MicroBatchGroups, micro_batch_groups
 from tests.dfpo.batches import random_batch
 from tests.dfpo.verl_config import DFPO_OVERRIDES, actor_config, compose_ppo_trainer
 
@@ -40,7 +40,13 @@ def test_hydra_overrides_reach_the_actor_config(transform, scope):
     actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
     pl = actor.policy_loss
     assert isinstance(pl, DFPOPolicyLossConfig)
-    assert (pl.loss_mode, pl.dfpo_transform, pl.dfpo_scope, pl.dfpo_stop_grad, pl.dfpo_scale) == ("dfpo", transform, scope, False, 0.25)
+    assert (pl.loss_mode, pl.dfpo_transform, pl.dfpo_scope, pl.dfpo_stop_grad, pl.dfpo_scale) == (
+        "dfpo",
+        transform,
+        scope,
+        False,
+        0.25,
+    )
     assert cfg.algorithm.adv_estimator == "dfpo"
 
 
@@ -79,7 +85,9 @@ def test_registered_loss_equals_compute_dfpo_loss_with_global_batch_info(transfo
     is_kept = None if is_w is None else is_w[keep]
     with micro_batch_groups(MicroBatchGroups(group_index=ids)):
         loss, metrics = get_policy_loss_fn("dfpo")(*args, "token-mean", cfg, is_kept)
-    expected, _ = compute_dfpo_loss(*args, ids, transform=transform, rollout_is_weights=is_kept, num_sequences=40, dp_size=2)
+    expected, _ = compute_dfpo_loss(
+        *args, ids, transform=transform, rollout_is_weights=is_kept, num_sequences=40, dp_size=2
+    )
     assert isinstance(loss, torch.Tensor) and loss.dim() == 0
     assert isinstance(metrics, dict) and all(isinstance(v, float) for v in metrics.values())
     torch.testing.assert_close(loss, expected)

@@ -18,7 +18,7 @@ CHECK = (
 def test_fresh_interpreter_import_verl_registers_dfpo():
     out = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["dfpo.verl_plugin", "dfpo.advantage"]
+    assert out.stdout.split() == ["dfpo.verl.plugin", "dfpo.algorithm.advantage"]
 
 
 def test_importing_dfpo_alone_imports_no_verl_module():
@@ -36,7 +36,7 @@ def test_plugins_disabled_then_external_modules_fallback(tmp_path):
     env = dict(os.environ, VERL_USE_EXTERNAL_PLUGINS="none")
     off = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True, timeout=300, env=env)
     assert off.returncode != 0 and "Unsupported loss mode: dfpo" in off.stderr
-    env["VERL_USE_EXTERNAL_MODULES"] = "dfpo.verl_plugin"
+    env["VERL_USE_EXTERNAL_MODULES"] = "dfpo.verl.plugin"
     on = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True, timeout=300, env=env)
     assert on.returncode == 0, on.stderr
 

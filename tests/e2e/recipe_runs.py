@@ -52,13 +52,19 @@ def _end_processes(pids: set[int]) -> None:
 
 
 def run_recipe(
-    script: str, env: dict[str, str], args: tuple[str, ...] = (), timeout_s: float = 600.0, on_start: Callable[[int], None] | None = None,
+    script: str,
+    env: dict[str, str],
+    args: tuple[str, ...] = (),
+    timeout_s: float = 600.0,
+    on_start: Callable[[int], None] | None = None,
 ) -> RecipeRun:
     """``bash recipes/<script> args...``: see :func:`run_command`."""
     return run_command(["bash", str(REPO_ROOT / "recipes" / script), *args], env, timeout_s, on_start)
 
 
-def run_command(argv: list[str], env: dict[str, str], timeout_s: float = 600.0, on_start: Callable[[int], None] | None = None) -> RecipeRun:
+def run_command(
+    argv: list[str], env: dict[str, str], timeout_s: float = 600.0, on_start: Callable[[int], None] | None = None
+) -> RecipeRun:
     """``argv`` in the repository root with ``env`` added to this environment; returns its exit
     status and combined output (``on_start(pid)`` once it runs). Raises ``TimeoutError`` (with the
     output's tail) past ``timeout_s``."""
@@ -95,7 +101,9 @@ def run_command(argv: list[str], env: dict[str, str], timeout_s: float = 600.0, 
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         output, _ = process.communicate()
-        raise TimeoutError(f"{script} did not finish within {timeout_s:.0f} s; last output:\n" + "\n".join(output.splitlines()[-60:]))
+        raise TimeoutError(
+            f"{script} did not finish within {timeout_s:.0f} s; last output:\n" + "\n".join(output.splitlines()[-60:])
+        )
     finally:
         stop.set()
         watcher.join(timeout=5)

@@ -14,10 +14,10 @@ verl (a probe, ``tests/e2e/process_probe/sitecustomize.py``, records each one), 
 shards of both ranks under the one ``OUTPUT_ROOT``; the worker node lost mid-run (every process of
 its Ray killed by process id after step 1's checkpoint): the run ends by itself within a bound,
 naming the node, with exit status 75 and the run's actors on the head ended too
-(:mod:`dfpo.node_watch`); the node started again, the same command resuming at the step after the
+(:mod:`dfpo.operations.node_watch`); the node started again, the same command resuming at the step after the
 last complete checkpoint, and SIGTERM to it once that step is logged (as a scheduler's preemption
 or time limit sends it): the step in flight finished, its checkpoint saved though
-``trainer.save_freq`` would not have, exit status 75 within the grace (:mod:`dfpo.preemption`);
+``trainer.save_freq`` would not have, exit status 75 within the grace (:mod:`dfpo.operations.preemption`);
 then the same recipe through ``ray job submit`` with the knobs in the job's runtime environment,
 followed to completion and resuming after the stopped step: over the three launches every step
 trained once, none lost and none repeated; the token never in a log, a process's arguments or environment, and both nodes
@@ -30,8 +30,8 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -46,7 +46,10 @@ import pytest
 
 from tests.e2e.recipe_runs import REPO_ROOT, RecipeRun, _end_processes, file_log_steps, run_command, run_recipe
 
-pytestmark = [pytest.mark.slow, pytest.mark.serial]  # serial: verl's trainer through Ray and vLLM needs the machine to itself
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.serial,
+]  # serial: verl's trainer through Ray and vLLM needs the machine to itself
 
 LAUNCHER = REPO_ROOT / "scripts" / "launch" / "ray_cluster.sh"
 JOB_SUBMIT = REPO_ROOT / "scripts" / "launch" / "ray_job_submit.sh"
@@ -62,7 +65,7 @@ STEPS = 4
 NODE_WATCH_S = 2
 NODE_LOSS_EXIT_BOUND_S = 120
 # SIGTERM to the end of the driver: at most the rest of one step here (about 10-20 s) and one
-# checkpoint; dfpo.preemption's grace (DFPO_PREEMPT_GRACE_S) is 300 s
+# checkpoint; dfpo.operations.preemption's grace (DFPO_PREEMPT_GRACE_S) is 300 s
 PREEMPT_EXIT_BOUND_S = 240
 NODE_PORTS = 8  # node manager, object manager, agent (2), runtime env agent, metrics, client server, spare
 WORKER_PORTS = 200  # each node's own worker port range
@@ -137,7 +140,9 @@ class Cluster:
         return {("head" if node["is_head_node"] else "worker"): node["node_id"] for node in nodes}
 
 
-def _launch(role_args: list[str], env: dict[str, str], cluster_output: list[str] | None = None) -> subprocess.CompletedProcess:
+def _launch(
+    role_args: list[str], env: dict[str, str], cluster_output: list[str] | None = None
+) -> subprocess.CompletedProcess:
     done = subprocess.run(
         ["bash", str(LAUNCHER), *role_args],
         cwd=REPO_ROOT,
@@ -173,7 +178,11 @@ def _watch(cluster: Cluster, stop: threading.Event) -> None:
     token = cluster.token_file.read_bytes().strip()
     checked: set[int] = set()
     while not stop.is_set():
-        for root in (os.getpid(), cluster.head.pid, cluster.worker.pid):  # the worker's pid changes when it is restarted
+        for root in (
+            os.getpid(),
+            cluster.head.pid,
+            cluster.worker.pid,
+        ):  # the worker's pid changes when it is restarted
             try:
                 pids = [root, *(child.pid for child in psutil.Process(root).children(recursive=True))]
             except psutil.Error:
@@ -220,13 +229,23 @@ def cluster(tmp_path_factory, tiny_example):
         "head",
         root / "head",
         short / "h",
-        [f"--temp-dir={short / 'h'}", "--num-cpus=8", "--object-store-memory=500000000", *_node_ports(head_base, workers_from, True)],
+        [
+            f"--temp-dir={short / 'h'}",
+            "--num-cpus=8",
+            "--object-store-memory=500000000",
+            *_node_ports(head_base, workers_from, True),
+        ],
     )
     worker = Node(
         "worker",
         root / "worker",
         short / "w",
-        [f"--temp-dir={short / 'w'}", "--num-cpus=8", "--object-store-memory=500000000", *_node_ports(worker_base, workers_from + WORKER_PORTS, False)],
+        [
+            f"--temp-dir={short / 'w'}",
+            "--num-cpus=8",
+            "--object-store-memory=500000000",
+            *_node_ports(worker_base, workers_from + WORKER_PORTS, False),
+        ],
     )
     address = f"127.0.0.1:{head_port}"
     cluster = Cluster(
@@ -243,12 +262,21 @@ def cluster(tmp_path_factory, tiny_example):
     watcher = None
     try:
         started = time.monotonic()
-        head_env = {**common, "DFPO_RAY_DIR": str(head.ray_dir), "DFPO_RAY_PORT": str(head_port), "DFPO_RAY_DASHBOARD_PORT": str(dashboard_port)}
+        head_env = {
+            **common,
+            "DFPO_RAY_DIR": str(head.ray_dir),
+            "DFPO_RAY_PORT": str(head_port),
+            "DFPO_RAY_DASHBOARD_PORT": str(dashboard_port),
+        }
         done = _launch(["head", *head.ray_start_args], head_env, cluster.launcher_output)
         assert done.returncode == 0, f"ray_cluster.sh head failed:\n{done.stdout}\n{done.stderr}"
         assert f"bash scripts/launch/ray_cluster.sh worker {address}" in done.stdout
         head.pid = int((head.ray_dir / "ray.pid").read_text())
-        done = _launch(["worker", address, *worker.ray_start_args], {**common, "DFPO_RAY_DIR": str(worker.ray_dir)}, cluster.launcher_output)
+        done = _launch(
+            ["worker", address, *worker.ray_start_args],
+            {**common, "DFPO_RAY_DIR": str(worker.ray_dir)},
+            cluster.launcher_output,
+        )
         assert done.returncode == 0, f"ray_cluster.sh worker failed:\n{done.stdout}\n{done.stderr}"
         worker.pid = int((worker.ray_dir / "ray.pid").read_text())
         watcher = threading.Thread(target=_watch, args=(cluster, stop_watching), daemon=True)
@@ -357,18 +385,25 @@ def first_run(cluster):
     tracker = cluster.output_root / "checkpoints" / "dfpo" / EXPERIMENT / "latest_checkpointed_iteration.txt"
     env = _recipe_env(cluster, TOTAL_TRAINING_STEPS=str(STEPS), DFPO_NODE_WATCH_S=str(NODE_WATCH_S))
     outcome: dict = {}
-    launcher = threading.Thread(target=lambda: outcome.update(run=run_recipe(RECIPE, env, timeout_s=RUN_TIMEOUT_S)), daemon=True)
+    launcher = threading.Thread(
+        target=lambda: outcome.update(run=run_recipe(RECIPE, env, timeout_s=RUN_TIMEOUT_S)), daemon=True
+    )
     launcher.start()
     deadline = time.monotonic() + RUN_TIMEOUT_S
     log_dir = cluster.output_root / "logs" / "dfpo"
 
     def step_1_done() -> bool:  # its checkpoint complete (verl writes the tracker last) and its metrics logged
-        logged = any(1 in _training_steps(steps) for steps in file_log_steps(log_dir).values()) if log_dir.exists() else False
+        logged = (
+            any(1 in _training_steps(steps) for steps in file_log_steps(log_dir).values())
+            if log_dir.exists()
+            else False
+        )
         return logged and tracker.exists() and tracker.read_text().strip() == "1"
 
     while not step_1_done():
-        assert launcher.is_alive() and time.monotonic() < deadline, "the run ended or stalled before step 1's checkpoint: " + (
-            outcome["run"].tail() if "run" in outcome else "still running"
+        assert launcher.is_alive() and time.monotonic() < deadline, (
+            "the run ended or stalled before step 1's checkpoint: "
+            + (outcome["run"].tail() if "run" in outcome else "still running")
         )
         time.sleep(0.2)
     killed = _lose_node(cluster.worker)
@@ -378,7 +413,10 @@ def first_run(cluster):
     run = outcome["run"]
     cluster.runs["first"] = run
     seconds_to_exit = time.monotonic() - lost_at
-    print(f"first run: worker node lost after step 1's checkpoint ({killed} processes killed); the run ended {seconds_to_exit:.0f} s later", file=sys.stderr)
+    print(
+        f"first run: worker node lost after step 1's checkpoint ({killed} processes killed); the run ended {seconds_to_exit:.0f} s later",
+        file=sys.stderr,
+    )
     actors = _new_actors(cluster, before)
     # Ray ends the job's actors on the surviving node when its driver ends
     deadline = time.monotonic() + 60
@@ -389,7 +427,11 @@ def first_run(cluster):
         time.sleep(2)
     checkpoint_at_loss = int(tracker.read_text().strip())
     # the worker node back, as docs/recipes.md says: ray_cluster.sh worker <head>, then wait for both
-    done = _launch(["worker", cluster.address, *cluster.worker.ray_start_args], {**cluster.client_env, "DFPO_RAY_DIR": str(cluster.worker.ray_dir)}, cluster.launcher_output)
+    done = _launch(
+        ["worker", cluster.address, *cluster.worker.ray_start_args],
+        {**cluster.client_env, "DFPO_RAY_DIR": str(cluster.worker.ray_dir)},
+        cluster.launcher_output,
+    )
     assert done.returncode == 0, f"restarting the worker node failed:\n{done.stdout}\n{done.stderr}"
     cluster.worker.pid = int((cluster.worker.ray_dir / "ray.pid").read_text())
     done = _launch(["wait", cluster.address, "2"], cluster.client_env, cluster.launcher_output)
@@ -406,7 +448,9 @@ def job_run(cluster, preempted_run):
     before = {actor["actor_id"] for actor in cluster.state("actors")}
     logs_before = set(file_log_steps(cluster.output_root / "logs" / "dfpo"))
     submission_id = f"dfpo-multi-node-test-{os.getpid()}"
-    knobs = _recipe_env(cluster, TOTAL_TRAINING_STEPS=str(STEPS), EXPERIMENT_NAME=EXPERIMENT, SUBMISSION_ID=submission_id)
+    knobs = _recipe_env(
+        cluster, TOTAL_TRAINING_STEPS=str(STEPS), EXPERIMENT_NAME=EXPERIMENT, SUBMISSION_ID=submission_id
+    )
     # as docs/recipes.md has it: RAY_ADDRESS is the head's dashboard for the job commands
     knobs["RAY_ADDRESS"] = cluster.dashboard
     submitted = run_command(["bash", str(JOB_SUBMIT), f"recipes/{RECIPE}"], knobs, timeout_s=120)
@@ -419,12 +463,25 @@ def job_run(cluster, preempted_run):
         timeout_s=RUN_TIMEOUT_S,
     )
     cluster.runs["job"] = followed
-    print(f"ray job submit run (resumed on 2 nodes after the SIGTERM'd launch), followed: {followed.seconds:.0f} s", file=sys.stderr)
+    print(
+        f"ray job submit run (resumed on 2 nodes after the SIGTERM'd launch), followed: {followed.seconds:.0f} s",
+        file=sys.stderr,
+    )
     status = cluster.ray("job", "status", submission_id, RAY_ADDRESS=cluster.dashboard)
     # "Status for job '<id>': SUCCEEDED" / "Job '<id>' succeeded"
-    assert "succeeded" in (status.stdout + status.stderr).lower(), f"{status.stdout}\n{status.stderr}\njob log:\n{followed.tail()}"
-    jobs = [job for job in cluster.state("jobs") if job.get("submission_id") == submission_id and job.get("type") == "SUBMISSION"]
-    new_logs = {path: steps for path, steps in file_log_steps(cluster.output_root / "logs" / "dfpo").items() if path not in logs_before}
+    assert "succeeded" in (status.stdout + status.stderr).lower(), (
+        f"{status.stdout}\n{status.stderr}\njob log:\n{followed.tail()}"
+    )
+    jobs = [
+        job
+        for job in cluster.state("jobs")
+        if job.get("submission_id") == submission_id and job.get("type") == "SUBMISSION"
+    ]
+    new_logs = {
+        path: steps
+        for path, steps in file_log_steps(cluster.output_root / "logs" / "dfpo").items()
+        if path not in logs_before
+    }
     return followed, jobs, _new_actors(cluster, before), new_logs
 
 
@@ -453,7 +510,9 @@ def preempted_run(cluster, first_run):
     started = threading.Event()
 
     def launch() -> None:
-        outcome["run"] = run_recipe(RECIPE, env, timeout_s=RUN_TIMEOUT_S, on_start=lambda pid: (outcome.update(pid=pid), started.set()))
+        outcome["run"] = run_recipe(
+            RECIPE, env, timeout_s=RUN_TIMEOUT_S, on_start=lambda pid: (outcome.update(pid=pid), started.set())
+        )
 
     launcher = threading.Thread(target=launch, daemon=True)
     launcher.start()
@@ -461,11 +520,17 @@ def preempted_run(cluster, first_run):
     deadline = time.monotonic() + RUN_TIMEOUT_S
 
     def new_steps() -> list[int]:
-        return [step for path, steps in file_log_steps(log_dir).items() if path not in before_logs for step in _training_steps(steps)]
+        return [
+            step
+            for path, steps in file_log_steps(log_dir).items()
+            if path not in before_logs
+            for step in _training_steps(steps)
+        ]
 
     while resumed_at not in new_steps():
-        assert launcher.is_alive() and time.monotonic() < deadline, f"the run ended or stalled before step {resumed_at}: " + (
-            outcome["run"].tail() if "run" in outcome else "still running"
+        assert launcher.is_alive() and time.monotonic() < deadline, (
+            f"the run ended or stalled before step {resumed_at}: "
+            + (outcome["run"].tail() if "run" in outcome else "still running")
         )
         time.sleep(0.2)
     signalled_after = max(new_steps())
@@ -475,10 +540,20 @@ def preempted_run(cluster, first_run):
     assert not launcher.is_alive(), f"the run did not end within {PREEMPT_EXIT_BOUND_S} s of SIGTERM"
     seconds_to_exit = time.monotonic() - signalled_at
     cluster.runs["preempted"] = outcome["run"]
-    print(f"preempted run: SIGTERM after step {signalled_after}; the run ended {seconds_to_exit:.0f} s later", file=sys.stderr)
+    print(
+        f"preempted run: SIGTERM after step {signalled_after}; the run ended {seconds_to_exit:.0f} s later",
+        file=sys.stderr,
+    )
     logs = {path: steps for path, steps in file_log_steps(log_dir).items() if path not in before_logs}
     tracker = cluster.output_root / "checkpoints" / "dfpo" / EXPERIMENT / "latest_checkpointed_iteration.txt"
-    return Preempted(outcome["run"], logs, signalled_after, seconds_to_exit, _new_actors(cluster, before), int(tracker.read_text().strip()))
+    return Preempted(
+        outcome["run"],
+        logs,
+        signalled_after,
+        seconds_to_exit,
+        _new_actors(cluster, before),
+        int(tracker.read_text().strip()),
+    )
 
 
 def test_both_nodes_join_with_one_logical_gpu_each(cluster):
@@ -522,7 +597,7 @@ def test_plugin_and_platform_in_every_process_of_both_nodes(cluster, first_run):
 
 
 def test_a_lost_worker_node_ends_the_run_in_bounded_time_saying_which(cluster, first_run):
-    """dfpo.node_watch: the driver ends with status 75 (EX_TEMPFAIL) naming the node, not after
+    """dfpo.operations.node_watch: the driver ends with status 75 (EX_TEMPFAIL) naming the node, not after
     gloo's 30-minute timeout, and Ray ends the run's actors on the surviving node with it."""
     run = first_run.run
     assert first_run.killed >= 3, first_run.killed  # ray start, raylet, rank 1 at least
@@ -531,7 +606,9 @@ def test_a_lost_worker_node_ends_the_run_in_bounded_time_saying_which(cluster, f
     message = next((line for line in run.output.splitlines() if "was lost during the run" in line), "")
     assert f"Ray node {first_run.lost_node_id} (" in message, run.tail()
     assert "relaunch the same command" in message
-    assert first_run.actors_alive_after == [], [(a["class_name"], a["state"], a["node_id"]) for a in first_run.actors_alive_after]
+    assert first_run.actors_alive_after == [], [
+        (a["class_name"], a["state"], a["node_id"]) for a in first_run.actors_alive_after
+    ]
     assert first_run.checkpoint_at_loss == 1
 
 
@@ -540,7 +617,9 @@ def test_checkpoint_shards_of_both_ranks_under_the_shared_output_root(cluster, f
     actor = experiment / "global_step_1" / "actor"
     for rank in range(2):
         for kind in ("model", "optim", "extra_state"):
-            assert (actor / f"{kind}_world_size_2_rank_{rank}.pt").is_file(), f"{kind} of rank {rank} missing in {actor}"
+            assert (actor / f"{kind}_world_size_2_rank_{rank}.pt").is_file(), (
+                f"{kind} of rank {rank} missing in {actor}"
+            )
 
 
 def test_each_relaunch_resumes_at_the_next_step_losing_and_repeating_none(cluster, first_run, preempted_run, job_run):
@@ -561,7 +640,7 @@ def test_each_relaunch_resumes_at_the_next_step_losing_and_repeating_none(cluste
     assert _training_steps(lost) + stopped_steps + _training_steps(finished) == list(range(1, STEPS + 1))
     experiment = cluster.output_root / "checkpoints" / "dfpo" / EXPERIMENT
     assert (experiment / "latest_checkpointed_iteration.txt").read_text().strip() == str(STEPS)
-    # each relaunch was compared with the config the first launch recorded (dfpo.resume_config)
+    # each relaunch was compared with the config the first launch recorded (dfpo.launch.resume)
     assert (experiment / "dfpo_run_config.yaml").is_file()
     assert "has no dfpo_run_config.yaml" not in preempted_run.run.output + followed.output
     for rank in range(2):
@@ -572,7 +651,15 @@ def test_ray_job_submit_runs_the_recipe_across_both_nodes_with_the_knobs(cluster
     followed, jobs, actors, new_logs = job_run
     assert len(jobs) == 1
     env_vars = jobs[0]["runtime_env"]["env_vars"]
-    for knob in ("NNODES", "GPUS_PER_NODE", "OUTPUT_ROOT", "TOTAL_TRAINING_STEPS", "EXPERIMENT_NAME", "ALLOW_LOCAL_CHECKPOINTS", "PYTHON"):
+    for knob in (
+        "NNODES",
+        "GPUS_PER_NODE",
+        "OUTPUT_ROOT",
+        "TOTAL_TRAINING_STEPS",
+        "EXPERIMENT_NAME",
+        "ALLOW_LOCAL_CHECKPOINTS",
+        "PYTHON",
+    ):
         assert knob in env_vars, sorted(env_vars)
     assert env_vars["TOTAL_TRAINING_STEPS"] == str(STEPS) and env_vars["EXPERIMENT_NAME"] == EXPERIMENT
     assert not any(key.startswith("RAY_AUTH") for key in env_vars), sorted(env_vars)
@@ -583,11 +670,11 @@ def test_ray_job_submit_runs_the_recipe_across_both_nodes_with_the_knobs(cluster
 
 
 def test_sigterm_finishes_the_step_in_flight_checkpoints_it_and_exits_75(cluster, preempted_run):
-    """dfpo.preemption through the recipe: the driver got SIGTERM after step S was logged; the
+    """dfpo.operations.preemption through the recipe: the driver got SIGTERM after step S was logged; the
     trainer finished the step it was in (S or S + 1), saved its checkpoint although save_freq would
     not have, made it the last, and the driver said so and exited 75, well within the grace; the
     run's actors on both nodes ended with it."""
-    from dfpo.preflight import checkpoint_problem
+    from dfpo.launch.preflight import checkpoint_problem
 
     run = preempted_run.run
     assert run.returncode == 75, f"exit {run.returncode}:\n{run.tail()}"
@@ -595,17 +682,27 @@ def test_sigterm_finishes_the_step_in_flight_checkpoints_it_and_exits_75(cluster
     (steps,) = preempted_run.logs.values()
     trained = _training_steps(steps)
     last = trained[-1]
-    assert last in (preempted_run.signalled_after, preempted_run.signalled_after + 1), (trained, preempted_run.signalled_after)
+    assert last in (preempted_run.signalled_after, preempted_run.signalled_after + 1), (
+        trained,
+        preempted_run.signalled_after,
+    )
     assert last < STEPS, "the run was not stopped early"
-    assert f"dfpo: stopped on SIGTERM after step {last}, its checkpoint saved; relaunch the same command to resume" in run.output, run.tail()
+    assert (
+        f"dfpo: stopped on SIGTERM after step {last}, its checkpoint saved; relaunch the same command to resume"
+        in run.output
+    ), run.tail()
     experiment = cluster.output_root / "checkpoints" / "dfpo" / EXPERIMENT
     assert preempted_run.tracker_after == last
-    assert checkpoint_problem(experiment / f"global_step_{last}") is None  # every rank's shards readable: a relaunch resumes there
+    assert (
+        checkpoint_problem(experiment / f"global_step_{last}") is None
+    )  # every rank's shards readable: a relaunch resumes there
     # the run's actors on both nodes end with its driver
     ids = {actor["actor_id"] for actor in preempted_run.actors}
     assert _rank_actors(preempted_run.actors), "the run's ranks were not seen"
     deadline = time.monotonic() + 60
-    while (alive := [a for a in cluster.state("actors") if a["actor_id"] in ids and a["state"] != "DEAD"]) and time.monotonic() < deadline:
+    while (
+        alive := [a for a in cluster.state("actors") if a["actor_id"] in ids and a["state"] != "DEAD"]
+    ) and time.monotonic() < deadline:
         time.sleep(2)
     assert not alive, [(a["class_name"], a["state"]) for a in alive]
 
@@ -648,7 +745,13 @@ def test_the_token_never_shows_in_logs_arguments_or_environments(cluster, job_ru
     outputs = cluster.launcher_output + [run.output for run in cluster.runs.values()]
     assert not any(token in text for text in outputs)
     searched = 0
-    for directory in (cluster.head.ray_dir, cluster.worker.ray_dir, cluster.head.temp_dir, cluster.worker.temp_dir, cluster.output_root / "logs"):
+    for directory in (
+        cluster.head.ray_dir,
+        cluster.worker.ray_dir,
+        cluster.head.temp_dir,
+        cluster.worker.temp_dir,
+        cluster.output_root / "logs",
+    ):
         for path in directory.rglob("*"):
             if path.is_file() and not path.is_symlink() and path.stat().st_size < 50_000_000:
                 searched += 1

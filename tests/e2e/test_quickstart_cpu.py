@@ -40,7 +40,7 @@ above, and the test that needs the ten steps (DFPO's learning) is skipped and sa
 samples instead of eight make each of the run's two fp32 validations about four times shorter;
 what the report's statistics are checked for (computed from the samples, equal to verl's logged
 mean@k) holds for any k. Which of the two runs is decided by the same rule the
-product uses (:func:`dfpo.cpu.cpu_precision.probe`), never assumed. ``DFPO_QUICKSTART_AS_WRITTEN=1``
+product uses (:func:`cpu_backend.precision.probe`), never assumed. ``DFPO_QUICKSTART_AS_WRITTEN=1``
 runs the command as written on any processor, and with it
 every test.
 
@@ -58,12 +58,15 @@ from pathlib import Path
 
 import pytest
 
-from dfpo.cpu import cpu_precision
-from dfpo.quickstart import DEFAULT_K, DEFAULT_STEPS
-from dfpo.run_checks import shared_gradient_tolerance
+from cpu_backend import precision as cpu_precision
+from dfpo.operations.run_checks import shared_gradient_tolerance
+from quickstart.pipeline import DEFAULT_K, DEFAULT_STEPS
 from tests.e2e.recipe_runs import REPO_ROOT, file_log_steps, run_command
 
-pytestmark = [pytest.mark.slow, pytest.mark.serial]  # serial: verl's trainer through Ray and vLLM needs the machine to itself
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.serial,
+]  # serial: verl's trainer through Ray and vLLM needs the machine to itself
 
 # The learning bar, set from the seed study at the current defaults (LEARNING_STUDY, written by
 # `python scripts/study_quickstart_seeds.py --seeds 1-5 --sample-memory`; docs/cpu.md quotes it):
@@ -150,11 +153,17 @@ def prompts_per_step() -> int:
     """The quickstart model file's data.train_batch_size (groups per step)."""
     from omegaconf import OmegaConf
 
-    return int(OmegaConf.load(REPO_ROOT / "dfpo" / "config" / "base_model" / "smollm2_135m_cpu.yaml").data.train_batch_size)
+    return int(
+        OmegaConf.load(REPO_ROOT / "dfpo" / "config" / "base_model" / "smollm2_135m_cpu.yaml").data.train_batch_size
+    )
 
 
 def _train_log(root: Path, method: str) -> dict[int, dict]:
-    logs = [steps for path, steps in file_log_steps(root / "logs" / "dfpo").items() if path.name.startswith(f"quickstart-{method}-")]
+    logs = [
+        steps
+        for path, steps in file_log_steps(root / "logs" / "dfpo").items()
+        if path.name.startswith(f"quickstart-{method}-")
+    ]
     assert len(logs) == 1, f"{len(logs)} file logs of {method} under {root / 'logs' / 'dfpo'}"
     return logs[0]
 
@@ -163,7 +172,10 @@ def test_the_readmes_first_command_runs_every_stage_and_reports(quickstart):
     root, run = quickstart
     for stage in range(1, 5):  # model and data, DFPO's training, evaluation runs, report
         assert f"stage {stage}/4" in run.output
-    assert f"step {run_steps()}/{run_steps()}: train reward" in run.output and f"validation after step 0: held-out avg@{run_k()}" in run.output
+    assert (
+        f"step {run_steps()}/{run_steps()}: train reward" in run.output
+        and f"validation after step 0: held-out avg@{run_k()}" in run.output
+    )
     assert not (root / "logs" / "quickstart" / "train_gspo.log").exists(), "the README's command trains DFPO alone"
     train_log = (root / "logs" / "quickstart" / "train_dfpo_min_replace.log").read_text()  # the training run's output
     assert "(vLLMHttpServer pid=" in train_log, "DFPO was not served by verl's vLLM rollout"
@@ -189,7 +201,9 @@ def test_quickstart_json_is_computed_from_the_samples(quickstart):
     root, _ = quickstart
     report = root / "report"
     result = json.loads((report / "quickstart.json").read_text())
-    assert result["model"] == "SmolLM2-135M-Instruct" and result["pretrained"] is True and result["steps"] == run_steps()
+    assert (
+        result["model"] == "SmolLM2-135M-Instruct" and result["pretrained"] is True and result["steps"] == run_steps()
+    )
     assert set(result["seconds"]) == {"total", "prepare", "train_dfpo_min_replace", "evaluate", "report"}
     # where the run's time went, by verl's timers (its steps and validations)
     split, steps = result["training_seconds"]["dfpo_min_replace"], _train_log(root, "dfpo_min_replace")
@@ -227,7 +241,9 @@ def test_the_run_computes_in_what_the_precision_rule_picks_and_says_why(quicksta
     root, run = quickstart
     precision = json.loads((root / "report" / "quickstart.json").read_text())["precision"]
     native = precision["cpu"]["native_bf16"]
-    assert native == native_bf16(), f"the run's probe and this test's disagree: {precision['cpu']} vs {cpu_precision.probe().record()}"
+    assert native == native_bf16(), (
+        f"the run's probe and this test's disagree: {precision['cpu']} vs {cpu_precision.probe().record()}"
+    )
     expected = "bfloat16" if native else "float32"
     assert set(precision) == {"actor", "rollout", "cpu"}
     assert precision["actor"]["requested"] == "auto" and precision["actor"]["dtype"] == expected, precision
@@ -245,7 +261,7 @@ def test_the_run_computes_in_what_the_precision_rule_picks_and_says_why(quicksta
 
 
 def test_dfpo_gives_the_shared_tokens_of_the_real_model_no_net_gradient(quickstart):
-    """Measured on the gradient verl backpropagated (dfpo/shared_token_gradient.py). One mini-batch
+    """Measured on the gradient verl backpropagated (dfpo/verl/shared_token_gradient.py). One mini-batch
     per step holds every group whole, whatever verl's micro-batching did; a whole group is measured
     when its responses share a prefix (``\\boxed{`` opens most) and their rewards differ. Over the
     README's ten steps several steps have such groups; the one-step run samples four groups, and
@@ -264,10 +280,16 @@ def test_dfpo_gives_the_shared_tokens_of_the_real_model_no_net_gradient(quicksta
             f"the one-step run held all {prompts_per_step()} groups whole, {prefix} of them with a shared prefix, and every one "
             "of those scored alike (no gradient to measure); the ten steps (DFPO_QUICKSTART_AS_WRITTEN=1) measure several"
         )
-    assert measured, f"no step measured the shared-token gradient: {[(s, m['actor/dfpo/shared_token_grad_prefix_groups']) for s, m in trained.items()]}"
+    assert measured, (
+        f"no step measured the shared-token gradient: {[(s, m['actor/dfpo/shared_token_grad_prefix_groups']) for s, m in trained.items()]}"
+    )
     for step, metrics in measured.items():
         bound = shared_gradient_tolerance(metrics["actor/dfpo/shared_token_grad_eps"])
-        assert metrics["actor/dfpo/shared_token_grad_residual"] < bound, (step, metrics["actor/dfpo/shared_token_grad_residual"], bound)
+        assert metrics["actor/dfpo/shared_token_grad_residual"] < bound, (
+            step,
+            metrics["actor/dfpo/shared_token_grad_residual"],
+            bound,
+        )
     # what it cancelled: the residual GSPO's weights leave on the same batches, the learning tax on
     # the real model (measured 4e-3 to 2e-1 over the README's ten steps), far above rounding
     before = [metrics["actor/dfpo/cancellation_residual_before"] for metrics in measured.values()]
@@ -279,8 +301,12 @@ def test_dfpo_improves_the_held_out_policy(quickstart):
     root, _ = quickstart
     held_out = json.loads((root / "report" / "quickstart.json").read_text())["held_out"]
     start, dfpo = held_out["start"]["avg@k"], held_out["dfpo_min_replace"]["avg@k"]
-    summary = f"held-out avg@{run_k()}: start {start:.3f} -> DFPO {dfpo:.3f} (CI {held_out['dfpo_min_replace']['ci95']})"
+    summary = (
+        f"held-out avg@{run_k()}: start {start:.3f} -> DFPO {dfpo:.3f} (CI {held_out['dfpo_min_replace']['ci95']})"
+    )
     print(summary)
     assert dfpo >= start + MIN_GAIN, summary
     if TARGET_MET_IN_EVERY_SEED:
-        assert held_out["target_met"], f"{summary}: the quickstart's bar (+20 points, DFPO's CI above the start) held in every seed of {LEARNING_STUDY}"
+        assert held_out["target_met"], (
+            f"{summary}: the quickstart's bar (+20 points, DFPO's CI above the start) held in every seed of {LEARNING_STUDY}"
+        )

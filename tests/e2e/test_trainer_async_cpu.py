@@ -17,21 +17,30 @@ from __future__ import annotations
 
 import pytest
 
-from dfpo.run_checks import ROLLOUT_GAP_BOUNDS
+from dfpo.operations.run_checks import ROLLOUT_GAP_BOUNDS
 from tests.e2e.recipe_runs import REPO_ROOT, RecipeRun, file_log_steps, run_recipe
 
-pytestmark = [pytest.mark.slow, pytest.mark.serial]  # serial: verl's trainer through Ray and vLLM needs the machine to itself
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.serial,
+]  # serial: verl's trainer through Ray and vLLM needs the machine to itself
 
 RUN_TIMEOUT_S = 900
 
 
-def _run(output_root, mode: str, steps: int, rollout: str, args: tuple[str, ...] = ()) -> tuple[dict[int, dict], RecipeRun]:
+def _run(
+    output_root, mode: str, steps: int, rollout: str, args: tuple[str, ...] = ()
+) -> tuple[dict[int, dict], RecipeRun]:
     run = run_recipe(
         "run_dfpo_min_replace_tiny_cpu.sh",
         # one training rank (separate_async: plus its rollout rank); validation after training only
         {
-            "OUTPUT_ROOT": str(output_root), "TRAINER_MODE": mode, "TOTAL_TRAINING_STEPS": str(steps),
-            "GPUS_PER_NODE": "1", "VAL_BEFORE_TRAIN": "false", "ROLLOUT_NAME": rollout,
+            "OUTPUT_ROOT": str(output_root),
+            "TRAINER_MODE": mode,
+            "TOTAL_TRAINING_STEPS": str(steps),
+            "GPUS_PER_NODE": "1",
+            "VAL_BEFORE_TRAIN": "false",
+            "ROLLOUT_NAME": rollout,
         },
         args,
         timeout_s=RUN_TIMEOUT_S,
@@ -40,7 +49,9 @@ def _run(output_root, mode: str, steps: int, rollout: str, args: tuple[str, ...]
     if rollout == "vllm":
         assert "(vLLMHttpServer pid=" in run.output, "not served by verl's vLLMHttpServer:\n" + run.tail()
     experiment = f"dfpo_min_replace-tiny_cpu-g8-seed1-{mode}"
-    logs = [s for path, s in file_log_steps(output_root / "logs" / "dfpo").items() if path.name.startswith(experiment + ".")]
+    logs = [
+        s for path, s in file_log_steps(output_root / "logs" / "dfpo").items() if path.name.startswith(experiment + ".")
+    ]
     assert len(logs) == 1, run.tail()
     return logs[0], run
 
@@ -55,7 +66,10 @@ def colocate_run(output_root):
     """colocate_async with a reward whose scorer raises for some problems and hangs for others
     (tests/e2e/faulty_reward.py, a 3 s call limit): one launch for both, to keep CI's budget."""
     return _run(
-        output_root, "colocate_async", 2, rollout="local",
+        output_root,
+        "colocate_async",
+        2,
+        rollout="local",
         args=(
             f"reward.custom_reward_function.path='{REPO_ROOT / 'tests' / 'e2e' / 'faulty_reward.py'}'",
             "+reward.custom_reward_function.reward_kwargs.call_timeout_s=3",
@@ -86,7 +100,11 @@ def _check_dfpo_steps(steps: dict[int, dict], expected: list[int]) -> None:
         # step or two) has zero advantages and a zero gradient; step 1 always has mixed rewards
         if step == expected[0] or metrics["actor/dfpo/cancellation_residual_before"] > 0.0:
             assert metrics["actor/grad_norm"] > 0.0, step
-        for key in ("dfpo/staleness/policy_lag_mean", "dfpo/staleness/policy_lag_max", "actor/dfpo/staleness/rollout_ratio_spread"):
+        for key in (
+            "dfpo/staleness/policy_lag_mean",
+            "dfpo/staleness/policy_lag_max",
+            "actor/dfpo/staleness/rollout_ratio_spread",
+        ):
             assert key in metrics, (step, key)
 
 

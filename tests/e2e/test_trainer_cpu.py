@@ -6,7 +6,7 @@ TaskRunner, TransferQueue, the agent loop on verl's own vLLM rollout (``vLLMRepl
 ``vLLMHttpServer`` on vLLM's CPU build, one replica per rank), ``reward/score.py`` through verl's
 reward manager, old log-probs, DFPO's exact update on 2 gloo ranks with the GPU recipes' packed
 sequences and dynamic batching, verl's weight sync from the actor into vLLM, validation,
-checkpoints, and ``python -m dfpo.run_checks`` on the run's log.
+checkpoints, and ``python -m dfpo.operations.run_checks`` on the run's log.
 
 The DFPO run read here is the training stage of ``bash scripts/gpu_smoke.sh --cpu`` on 2 ranks
 (``recipes/run_dfpo_min_replace_tiny_cpu.sh``, 2 steps, vLLM), launched once per test session for
@@ -28,10 +28,13 @@ import sys
 
 import pytest
 
-from dfpo.run_checks import ROLLOUT_GAP_BOUNDS
+from dfpo.operations.run_checks import ROLLOUT_GAP_BOUNDS
 from tests.e2e.recipe_runs import file_log_steps
 
-pytestmark = [pytest.mark.slow, pytest.mark.serial]  # serial: verl's trainer through Ray and vLLM needs the machine to itself
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.serial,
+]  # serial: verl's trainer through Ray and vLLM needs the machine to itself
 
 # verl's vLLM server announces itself in the driver's output (Ray prefixes each actor's lines)
 VLLM_SERVER_MARK = "(vLLMHttpServer pid="
@@ -45,11 +48,24 @@ def _training_steps(steps: dict[int, dict]) -> list[int]:
 def dfpo_run(cpu_smoke_run):
     """The smoke's 2-step DFPO stage on 2 ranks: (run, its file log by step, its checkpoint folder)."""
     run = cpu_smoke_run.run
-    training = next((line for line in run.output.splitlines() if "train DFPO 2 steps" in line and line.rstrip().endswith(("PASS", "FAIL"))), None)
-    assert training is not None and training.rstrip().endswith("PASS"), f"the smoke's training stage did not pass:\n{run.tail()}"
+    training = next(
+        (
+            line
+            for line in run.output.splitlines()
+            if "train DFPO 2 steps" in line and line.rstrip().endswith(("PASS", "FAIL"))
+        ),
+        None,
+    )
+    assert training is not None and training.rstrip().endswith("PASS"), (
+        f"the smoke's training stage did not pass:\n{run.tail()}"
+    )
     assert VLLM_SERVER_MARK in run.output, "the run was not served by verl's vLLMHttpServer:\n" + run.tail()
     root, project, experiment = cpu_smoke_run.output_root, cpu_smoke_run.project, cpu_smoke_run.experiment
-    logs = [steps for path, steps in file_log_steps(root / "logs" / project).items() if path.name.startswith(experiment + ".")]
+    logs = [
+        steps
+        for path, steps in file_log_steps(root / "logs" / project).items()
+        if path.name.startswith(experiment + ".")
+    ]
     assert len(logs) == 1, f"expected one file log of {experiment} under {root / 'logs' / project}"
     return run, logs[0], root / "checkpoints" / project / experiment, cpu_smoke_run
 
@@ -70,7 +86,9 @@ def test_dfpo_run_cancels_the_drift_exactly(dfpo_run):
         metrics = steps[step]
         assert metrics["actor/dfpo/cancellation_residual_after"] < 1e-6, step
         # a step whose groups all have equal rewards has nothing to cancel (both residuals 0)
-        assert metrics["actor/dfpo/cancellation_residual_before"] >= metrics["actor/dfpo/cancellation_residual_after"], step
+        assert (
+            metrics["actor/dfpo/cancellation_residual_before"] >= metrics["actor/dfpo/cancellation_residual_after"]
+        ), step
     # step 1 has mixed rewards (see above), so GSPO's weights leave a residual the transform removes
     assert steps[1]["actor/dfpo/cancellation_residual_before"] > 1e-4
 
@@ -79,7 +97,7 @@ def test_rollout_log_probs_match_the_actor_after_weight_sync(dfpo_run):
     _, steps, _, _ = dfpo_run
     # Step 2 rolls out with weights synced from the trained actor into vLLM: a sync that did not
     # reach the rollout would show as a log-prob gap of the size of the update. Both sides are
-    # float32, so the gap is kernel rounding only (dfpo.run_checks states the bound's basis).
+    # float32, so the gap is kernel rounding only (dfpo.operations.run_checks states the bound's basis).
     for step in _training_steps(steps):
         assert steps[step]["training/rollout_probs_diff_max"] < ROLLOUT_GAP_BOUNDS["fp32"], step
 
@@ -96,16 +114,31 @@ def test_checkpoint_of_every_rank(dfpo_run):
     actor = experiment / f"global_step_{smoke.steps}" / "actor"
     for rank in range(smoke.ranks):
         for kind in ("model", "optim", "extra_state"):
-            assert (actor / f"{kind}_world_size_{smoke.ranks}_rank_{rank}.pt").is_file(), f"{kind} of rank {rank} missing in {actor}"
+            assert (actor / f"{kind}_world_size_{smoke.ranks}_rank_{rank}.pt").is_file(), (
+                f"{kind} of rank {rank} missing in {actor}"
+            )
 
 
 def test_run_checks_pass_on_the_real_log(dfpo_run):
-    """``python -m dfpo.run_checks`` on the file log verl wrote, with the CPU recipes' fp32 bound and
+    """``python -m dfpo.operations.run_checks`` on the file log verl wrote, with the CPU recipes' fp32 bound and
     the weight-sync check (what scripts/gpu_smoke.sh runs after its training stage)."""
     _, _, _, smoke = dfpo_run
     root = smoke.output_root / "logs" / smoke.project
     (log,) = [path for path in file_log_steps(root) if path.name.startswith(smoke.experiment + ".")]
-    command = [sys.executable, "-m", "dfpo.run_checks", str(log), "--steps", str(smoke.steps), "--dfpo", "--old-log-probs", "recomputed", "--rollout-numerics", "fp32", "--weight-sync"]
+    command = [
+        sys.executable,
+        "-m",
+        "dfpo.operations.run_checks",
+        str(log),
+        "--steps",
+        str(smoke.steps),
+        "--dfpo",
+        "--old-log-probs",
+        "recomputed",
+        "--rollout-numerics",
+        "fp32",
+        "--weight-sync",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("PASS  ") == 7 and "FAIL" not in done.stdout, done.stdout

@@ -5,10 +5,10 @@ One launch for both (each launch costs 1.5-2 minutes of start-up on 2 cores): ve
 the GSPO baseline's tiny recipe (``recipes/run_gspo_tiny_cpu.sh``) for 3 steps on one rank with a
 bf16 actor and a bf16 vLLM engine (the GPU recipes' numerics; on CPUs without native bf16 it costs
 about 2x the fp32 step here, the model being tiny), its weight sync skipped (the test-only
-``DFPO_TEST_SKIP_WEIGHT_SYNC=1`` of ``dfpo.trainer.DFPOSyncTrainer``: the rollout keeps sampling
+``DFPO_TEST_SKIP_WEIGHT_SYNC=1`` of ``dfpo.verl.trainer.DFPOSyncTrainer``: the rollout keeps sampling
 with the first weights) and each update's size measured (``dfpo_measure_update_kl=true``).
 
-- The check: ``python -m dfpo.run_checks --weight-sync --rollout-numerics bf16`` must fail the
+- The check: ``python -m dfpo.operations.run_checks --weight-sync --rollout-numerics bf16`` must fail the
   run, saying the rollout was an update behind, while its per-token gap check (1 nat at bf16)
   passes it: the case the weight-sync check exists for. The check reads the rollout's and the
   update's KL only, whatever the method. The synced counterpart is ``scripts/gpu_smoke.sh --cpu``
@@ -32,16 +32,19 @@ import sys
 
 import pytest
 
-from dfpo.run_checks import shared_gradient_tolerance
-from dfpo.trainer import SKIP_WEIGHT_SYNC_FOR_TESTS
+from dfpo.operations.run_checks import shared_gradient_tolerance
+from dfpo.verl.trainer import SKIP_WEIGHT_SYNC_FOR_TESTS
 from tests.e2e.recipe_runs import REPO_ROOT, file_log_steps, run_recipe
 
-pytestmark = [pytest.mark.slow, pytest.mark.serial]  # serial: verl's trainer through Ray and vLLM needs the machine to itself
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.serial,
+]  # serial: verl's trainer through Ray and vLLM needs the machine to itself
 
 STEPS = 3
 # Three times the tiny recipe's LR (1e-3): the check needs updates that stand out of bf16's noise.
 # With the recipe's own LR a CI run's updates (update_kl 0.002-0.003) left steps 2 and 3 within it
-# (excess 0.0044 and 0.0026 against twice the spread of rollout_corr/kl, 0.005: dfpo.run_checks),
+# (excess 0.0044 and 0.0026 against twice the spread of rollout_corr/kl, 0.005: dfpo.operations.run_checks),
 # and the check said "not decisive" instead of "one update behind or more". KL grows with the
 # square of the step: three times the LR, about nine times the update_kl (a run here: excess 0.046
 # and 0.054, ten times the noise; the per-token gap 0.33 nat, under the bf16 bound of 1).
@@ -81,7 +84,16 @@ def stale_gspo_run(tmp_path_factory, tiny_example):
 def test_a_rollout_that_never_got_the_weights_fails_the_weight_sync_check(stale_gspo_run):
     run, log, _ = stale_gspo_run
     assert f"{SKIP_WEIGHT_SYNC_FOR_TESTS}=1: the updated weights are NOT synced" in run.output
-    command = [sys.executable, "-m", "dfpo.run_checks", str(log), "--steps", str(STEPS), "--rollout-numerics", "bf16"]
+    command = [
+        sys.executable,
+        "-m",
+        "dfpo.operations.run_checks",
+        str(log),
+        "--steps",
+        str(STEPS),
+        "--rollout-numerics",
+        "bf16",
+    ]
     checks = subprocess.run(command + ["--weight-sync"], cwd=REPO_ROOT, capture_output=True, text=True)
     assert checks.returncode == 1, checks.stdout
     lines = checks.stdout.splitlines()
@@ -102,7 +114,10 @@ def test_the_gspo_baseline_trains_with_dfpos_diagnostics_and_no_transform(stale_
     # GSPO's gradient on the shared tokens: the learning tax, above what DFPO's bound calls rounding
     measured = {step: m for step, m in trained.items() if m.get("actor/dfpo/shared_token_grad_groups", 0) > 0}
     assert measured, {step: m.get("actor/dfpo/shared_token_grad_prefix_groups") for step, m in trained.items()}
-    taxed = [m["actor/dfpo/shared_token_grad_residual"] / shared_gradient_tolerance(m["actor/dfpo/shared_token_grad_eps"]) for m in measured.values()]
+    taxed = [
+        m["actor/dfpo/shared_token_grad_residual"] / shared_gradient_tolerance(m["actor/dfpo/shared_token_grad_eps"])
+        for m in measured.values()
+    ]
     print(f"GSPO's shared-token gradient residual over DFPO's rounding bound, by measured step: {taxed}")
     assert max(taxed) > 1.0, taxed
     assert max(m["actor/dfpo/cancellation_residual_before"] for m in trained.values()) > 1e-4

@@ -20,7 +20,7 @@ SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 def build_tiny_model(model_dir: Path) -> Path:
     """Train a byte-level BPE tokenizer in memory and save it with a random 2-layer Qwen2 (the one
-    tiny model definition, :mod:`dfpo.examples.tiny_model`, at this fixture's size).
+    tiny model definition, :mod:`cpu_examples.tiny_model`, at this fixture's size).
 
     The tokenizer is not the recipes' character tokenizer: evaluation reads a real model's
     tokenizer, which is byte-level like Qwen's (any text round-trips), and its chat template
@@ -28,7 +28,7 @@ def build_tiny_model(model_dir: Path) -> Path:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from dfpo.examples.tiny_model import TinyModelSpec, save_untrained_model
+    from cpu_examples.tiny_model import TinyModelSpec, save_untrained_model
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -113,7 +113,7 @@ def write_synthetic_run(run_dir: Path, correct: dict, seed: int = 0, n_problems:
     (problems, k) 0/1 array. ``n_problems`` larger than the rows given makes an unfinished run."""
     import numpy as np
 
-    from dfpo.evaluation.run_store import RunStore
+    from evaluation.run_store import RunStore
 
     arrays = {src: np.asarray(v, dtype=float) for src, v in correct.items()}
     k = next(iter(arrays.values())).shape[1]

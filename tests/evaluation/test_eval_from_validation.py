@@ -1,4 +1,4 @@
-"""dfpo.evaluation.from_validation: verl's validation dump as an evaluation run directory.
+"""evaluation.from_validation: verl's validation dump as an evaluation run directory.
 
 The dump is written here by verl's own writer (``PPOTrainer._write_generations``, the function
 ``trainer.validation_data_dir`` calls), with the prompts decoded as verl's ``_validate`` decodes
@@ -14,10 +14,10 @@ import random
 
 import pytest
 
-from dfpo.evaluation.benchmark_runs import read_benchmarks
-from dfpo.evaluation.from_validation import convert, main
-from dfpo.evaluation.problems import load_problems
-from dfpo.evaluation.sampling import SamplingConfig
+from evaluation.benchmark_runs import read_benchmarks
+from evaluation.from_validation import convert, main
+from evaluation.problems import load_problems
+from evaluation.sampling_settings import SamplingConfig
 from reward.score import compute_score
 
 K = 3
@@ -56,13 +56,21 @@ def write_dump(path, tokenizer, data, responses, k=K, drop_acc=False):
             text = responses(i, j)
             scored = compute_score(problem.data_source, text, problem.ground_truth)
             accs.setdefault(problem.problem_id, []).append(scored["acc"])
-            rows.append((f"{uid}_{j}_0", verl_prompt_text(tokenizer, problem.messages), text, problem.ground_truth, scored))
+            rows.append(
+                (f"{uid}_{j}_0", verl_prompt_text(tokenizer, problem.messages), text, problem.ground_truth, scored)
+            )
     random.Random(0).shuffle(rows)  # verl sorts by its key (problems in uid order); the converter relies on no order
-    extra = {key: [row[4][key] for row in rows] for key in rows[0][4] if key != "score" and not (drop_acc and key == "acc")}
+    extra = {
+        key: [row[4][key] for row in rows] for key in rows[0][4] if key != "score" and not (drop_acc and key == "acc")
+    }
     PPOTrainer._write_generations(
-        inputs=[row[1] for row in rows], outputs=[row[2] for row in rows], gts=[row[3] for row in rows],
-        scores=[row[4]["score"] for row in rows], reward_extra_infos_dict={**extra, "reward": [row[4]["score"] for row in rows], "uid": [row[0] for row in rows]},
-        dump_path=str(path), global_steps=5,
+        inputs=[row[1] for row in rows],
+        outputs=[row[2] for row in rows],
+        gts=[row[3] for row in rows],
+        scores=[row[4]["score"] for row in rows],
+        reward_extra_infos_dict={**extra, "reward": [row[4]["score"] for row in rows], "uid": [row[0] for row in rows]},
+        dump_path=str(path),
+        global_steps=5,
     )
     return accs
 
@@ -72,11 +80,23 @@ def right_on_even_samples(i: int, j: int) -> str:
 
 
 def test_the_dump_becomes_a_run_the_report_reads_with_every_sample_in_place(tmp_path, tokenizer, data):
-    accs = write_dump(tmp_path / "val", tokenizer, data, lambda i, j: right_on_even_samples(i, j) if i != 1 else "\\boxed{6}")
+    accs = write_dump(
+        tmp_path / "val", tokenizer, data, lambda i, j: right_on_even_samples(i, j) if i != 1 else "\\boxed{6}"
+    )
     out = tmp_path / "eval"
-    summary = convert(tmp_path / "val" / "5.jsonl", [data], tokenizer, out, K, SAMPLING, backend={"engine": "vllm", "dtype": "float32"})
+    summary = convert(
+        tmp_path / "val" / "5.jsonl",
+        [data],
+        tokenizer,
+        out,
+        K,
+        SAMPLING,
+        backend={"engine": "vllm", "dtype": "float32"},
+    )
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
-    assert [(s["problem_id"], s["sample_index"]) for s in samples] == [(f"digit_sums_test/{i}", j) for i in range(4) for j in range(K)]
+    assert [(s["problem_id"], s["sample_index"]) for s in samples] == [
+        (f"digit_sums_test/{i}", j) for i in range(4) for j in range(K)
+    ]
     for sample in samples:  # each sample is the response verl drew as that sample, with its reward's verdict
         i, j = int(sample["problem_id"].split("/")[1]), sample["sample_index"]
         assert sample["response"] == (right_on_even_samples(i, j) if i != 1 else "\\boxed{6}")
@@ -125,9 +145,24 @@ def test_a_dump_without_acc_is_refused_saying_what_the_reward_must_return(tmp_pa
 def test_the_command_line_writes_the_run(tmp_path, tiny_model_dir, tokenizer, data, capsys):
     write_dump(tmp_path / "val", tokenizer, data, right_on_even_samples)
     args = [
-        "--dump", str(tmp_path / "val" / "5.jsonl"), "--data", str(data), "--tokenizer", str(tiny_model_dir),
-        "--output-dir", str(tmp_path / "eval"), "--k", "3", "--temperature", "0.6", "--top-p", "1.0", "--top-k", "-1",
-        "--max-new-tokens", "24",
+        "--dump",
+        str(tmp_path / "val" / "5.jsonl"),
+        "--data",
+        str(data),
+        "--tokenizer",
+        str(tiny_model_dir),
+        "--output-dir",
+        str(tmp_path / "eval"),
+        "--k",
+        "3",
+        "--temperature",
+        "0.6",
+        "--top-p",
+        "1.0",
+        "--top-k",
+        "-1",
+        "--max-new-tokens",
+        "24",
     ]
     assert main(args) == 0
     assert "4 problems x 3 samples: avg@3 = 66.67%" in capsys.readouterr().out

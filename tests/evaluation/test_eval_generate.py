@@ -14,15 +14,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dfpo.evaluation.backends import Completion, GenerationRequest, build_backend
-from dfpo.evaluation.backends.transformers_backend import TransformersBackend
-from dfpo.evaluation.chat_prompt import render_prompt_ids
-from dfpo.evaluation.generate import main as generate_main
-from dfpo.evaluation.generate import make_request, run_evaluation
-from dfpo.evaluation.problems import load_problems
-from dfpo.evaluation.run_store import RunMismatchError, RunStore, read_manifest, read_samples
-from dfpo.evaluation.sampling import SamplingConfig, derive_seed, preset
-from dfpo.evaluation.scoring import ParallelScorer
+from evaluation.backends import Completion, GenerationRequest, build_backend
+from evaluation.backends.transformers_backend import TransformersBackend
+from evaluation.chat_prompt import render_prompt_ids
+from evaluation.generate import main as generate_main
+from evaluation.generate import make_request, run_evaluation
+from evaluation.problems import load_problems
+from evaluation.run_store import RunMismatchError, RunStore, read_manifest, read_samples
+from evaluation.sampling_settings import SamplingConfig, derive_seed, preset
+from evaluation.scoring import ParallelScorer
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLING = SamplingConfig(
@@ -203,7 +203,7 @@ def test_resume_refuses_a_run_made_with_other_settings(math_parquet, tmp_path):
 
 
 def test_scorer_version_hashes_the_scorer_package(tmp_path, monkeypatch):
-    from dfpo.evaluation.scoring import scorer_version
+    from evaluation.scoring import scorer_version
 
     package = tmp_path / "toy_scorer"
     package.mkdir()
@@ -297,7 +297,7 @@ def test_generate_command_with_worker_processes_and_the_real_scorer(tiny_model_d
     cmd = [
         sys.executable,
         "-m",
-        "dfpo.evaluation.generate",
+        "evaluation.generate",
         "--model",
         str(tiny_model_dir),
         "--data",
@@ -406,7 +406,7 @@ def test_vllm_backend_refuses_temperature_above_two_before_loading(monkeypatch):
 
 
 def test_vllm_batch_invariance_is_set_before_import_and_recorded(tiny_model_dir, monkeypatch):
-    from dfpo.evaluation.backends import vllm_backend
+    from evaluation.backends import vllm_backend
 
     seen = {}
 
@@ -438,7 +438,9 @@ def test_the_shared_prompt_prefill_samples_what_a_prefill_per_row_samples(tiny_b
     ``num_return_sequences`` alone runs it once per row. Same seed, same tokens."""
     import torch
 
-    prompt = render_prompt_ids(tiny_backend.tokenizer, [{"role": "user", "content": "What is 2 + 3?"}], SAMPLING.chat_template_kwargs)
+    prompt = render_prompt_ids(
+        tiny_backend.tokenizer, [{"role": "user", "content": "What is 2 + 3?"}], SAMPLING.chat_template_kwargs
+    )
     input_ids = torch.tensor([prompt])
     mask = torch.ones_like(input_ids)
     kwargs = {**tiny_backend._generation_kwargs(), "eos_token_id": [], "min_new_tokens": SAMPLING.max_new_tokens}
@@ -459,8 +461,10 @@ def test_the_shared_prompt_prefill_samples_what_a_prefill_per_row_samples(tiny_b
     assert all(shape == (n, 1) for shape in rows_through_the_model[1:]), rows_through_the_model
     torch.manual_seed(11)
     with torch.no_grad():
-        per_row = tiny_backend.model.generate(input_ids=input_ids, attention_mask=mask, num_return_sequences=n, **kwargs)
-    assert shared == per_row[:, len(prompt):].tolist()
+        per_row = tiny_backend.model.generate(
+            input_ids=input_ids, attention_mask=mask, num_return_sequences=n, **kwargs
+        )
+    assert shared == per_row[:, len(prompt) :].tolist()
     assert all(len(row) == SAMPLING.max_new_tokens for row in shared)
     if n > 1:
         assert len({tuple(row) for row in shared}) > 1  # the rows are sampled independently
@@ -471,7 +475,9 @@ def test_a_cache_the_checkpoint_configures_is_left_to_generate(tiny_backend, mon
     cache) gets transformers' own path: no shared prefill, the same samples as before."""
     import torch
 
-    prompt = render_prompt_ids(tiny_backend.tokenizer, [{"role": "user", "content": "hi"}], SAMPLING.chat_template_kwargs)
+    prompt = render_prompt_ids(
+        tiny_backend.tokenizer, [{"role": "user", "content": "hi"}], SAMPLING.chat_template_kwargs
+    )
     input_ids = torch.tensor([prompt])
     monkeypatch.setattr(tiny_backend.model.generation_config, "cache_implementation", "static", raising=False)
     assert tiny_backend._shared_prefill_cache(input_ids, torch.ones_like(input_ids), 3) is None
@@ -485,7 +491,9 @@ def test_a_cache_the_checkpoint_configures_is_left_to_generate(tiny_backend, mon
 def test_greedy_decoding_gives_k_equal_samples(tiny_model_dir):
     """transformers refuses num_return_sequences > 1 without sampling: at temperature 0 the backend
     decodes once per problem and returns that response k times."""
-    greedy = TransformersBackend(str(tiny_model_dir), SamplingConfig(temperature=0.0, max_new_tokens=8), device="cpu", dtype="float32")
+    greedy = TransformersBackend(
+        str(tiny_model_dir), SamplingConfig(temperature=0.0, max_new_tokens=8), device="cpu", dtype="float32"
+    )
     (samples,) = greedy.generate([GenerationRequest("a/0", [{"role": "user", "content": "hi"}], [7, 8, 9], 1)])
     assert len(samples) == 3 and len({(c.text, c.num_tokens, c.truncated) for c in samples}) == 1
     assert [c.seed for c in samples] == [7, 7, 7]  # one batch, seeded with its first sample's seed

@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dfpo.evaluation.problems import load_problems, to_builtin
-from dfpo.evaluation.sampling import PRESETS, SamplingConfig, derive_seed, preset
-from dfpo.evaluation.scoring import ParallelScorer, ScoreJob, normalize_result, resolve_scorer
+from evaluation.problems import load_problems, to_builtin
+from evaluation.sampling_settings import PRESETS, SamplingConfig, derive_seed, preset
+from evaluation.scoring import ParallelScorer, ScoreJob, normalize_result, resolve_scorer
 
 
 def _row(**overrides):

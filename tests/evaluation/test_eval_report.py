@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import yaml
 
-from dfpo.evaluation.report import main as report_main
-from dfpo.evaluation.report import write_report
-from dfpo.evaluation.report_inputs import load_report_config
-from dfpo.evaluation.report_results import BootstrapSettings, compute_results
-from dfpo.evaluation.tables import format_p, latex_escape
+from evaluation.report import main as report_main
+from evaluation.report import write_report
+from evaluation.report_inputs import load_report_config
+from evaluation.report_results import BootstrapSettings, compute_results
+from evaluation.tables import format_p, latex_escape
 from reward.sources import KNOWN_SOURCES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -173,7 +173,11 @@ def test_report_files_and_table_layouts(runs_file, tmp_path):
 
     details = (out / "table1_details.md").read_text()
     assert "| Model | Method | AIME25 avg@4 (%) | AIME25 pass@4 (%) | AIME25 tokens | AIME25 truncated (%) |" in details
-    assert "| Qwen3-32B | DFPO (Min-Replace) | " + f"{100 * ci['estimate']:.1f} | {100 * cell['pass_at_k']:.1f} | 115 | 25.0 |" in details
+    assert (
+        "| Qwen3-32B | DFPO (Min-Replace) | "
+        + f"{100 * ci['estimate']:.1f} | {100 * cell['pass_at_k']:.1f} | 115 | 25.0 |"
+        in details
+    )
     for tex_file in out.glob("*.tex"):  # every symbol escaped or typeset as math: plain ASCII LaTeX
         assert tex_file.read_text().isascii(), tex_file.name
     details_tex = (out / "table1_details.tex").read_text()
@@ -208,7 +212,7 @@ def test_report_command_line(runs_file, tmp_path, capsys):
 
 def test_report_module_runs_as_a_script(runs_file, tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "dfpo.evaluation.report", "--help"],
+        [sys.executable, "-m", "evaluation.report", "--help"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -242,7 +246,11 @@ def test_report_refuses_unfinished_runs_unless_allowed(tmp_path, write_synthetic
 @pytest.mark.parametrize(
     "runs,extra,message",
     [
-        ([{"model": "m", "method": "A", "seed": 0, "eval": "a", "colour": 1}], {}, r"yaml:3 \(runs\[0\]\): unknown key"),
+        (
+            [{"model": "m", "method": "A", "seed": 0, "eval": "a", "colour": 1}],
+            {},
+            r"yaml:3 \(runs\[0\]\): unknown key",
+        ),
         ([{"model": "m", "method": "A", "eval": "a"}], {}, r"runs\[0\]\): missing \['seed'\]"),
         ([{"model": "m", "method": "A", "seed": 0, "eval": "a"}], {"baseline": "Z"}, "baseline 'Z' is not among"),
         ([{"model": "m", "method": "A", "seed": 0, "eval": "a"}], {"baseline": None}, "name the baseline"),
@@ -288,7 +296,7 @@ def test_formatting_helpers():
 
 
 def test_example_runs_file_parses_and_names_known_benchmarks():
-    config = load_report_config(REPO / "dfpo" / "evaluation" / "examples" / "runs_qwen3_32b.yaml")
+    config = load_report_config(REPO / "evaluation" / "examples" / "runs_qwen3_32b.yaml")
     assert config.baseline == "GSPO" and config.table_group_size == 16
     assert len(config.table_runs()) == 25 and len(config.runs) == 55
     assert list(config.benchmarks.values()) == ["AIME25", "LiveCodeBench", "HMMT25"]
@@ -296,8 +304,8 @@ def test_example_runs_file_parses_and_names_known_benchmarks():
 
 
 def test_moving_average_and_first_crossing_hand_computed():
-    from dfpo.evaluation.training_efficiency import first_crossing, moving_average
-    from dfpo.verl_logs import MetricSeries
+    from dfpo.operations.training_logs import MetricSeries
+    from evaluation.training_efficiency import first_crossing, moving_average
 
     values = np.array([0.1, 0.2, 0.5, 0.6, 0.7])
     np.testing.assert_allclose(moving_average(values, 2), [np.nan, 0.15, 0.35, 0.55, 0.65])
@@ -315,8 +323,8 @@ def test_moving_average_and_first_crossing_hand_computed():
 
 
 def test_efficiency_ratio_against_the_baseline():
-    from dfpo.evaluation.training_efficiency import efficiency_rows
-    from dfpo.verl_logs import MetricSeries
+    from dfpo.operations.training_logs import MetricSeries
+    from evaluation.training_efficiency import efficiency_rows
 
     def log(cross_at: int) -> dict:
         steps = np.arange(1, 11)
@@ -366,7 +374,7 @@ def test_the_accuracy_figures_title_fits_inside_the_figure(runs_file, tmp_path, 
     """The quickstart's report/accuracy_<model>.png had its title cut off at the right edge."""
     import matplotlib.pyplot as plt
 
-    from dfpo.evaluation import plots
+    from evaluation import plots
 
     kept, close = [], plt.close
     monkeypatch.setattr(plt, "close", kept.append)
@@ -380,7 +388,11 @@ def test_the_accuracy_figures_title_fits_inside_the_figure(runs_file, tmp_path, 
             renderer = figure.canvas.get_renderer()
             (ax,) = figure.axes
             box = ax.title.get_window_extent(renderer)
-            assert 0 <= box.x0 and box.x1 <= figure.bbox.x1 and box.y1 <= figure.bbox.y1, (ax.get_title(), box, figure.bbox)
+            assert 0 <= box.x0 and box.x1 <= figure.bbox.x1 and box.y1 <= figure.bbox.y1, (
+                ax.get_title(),
+                box,
+                figure.bbox,
+            )
     finally:
         for figure in kept:
             close(figure)
@@ -393,13 +405,16 @@ def test_the_accuracy_figures_title_says_whether_it_is_one_seed_or_a_mean(runs_f
 
     import matplotlib.pyplot as plt
 
-    from dfpo.evaluation import plots
+    from evaluation import plots
 
     def results_of(*cells):
         return SimpleNamespace(cells={i: SimpleNamespace(model=m, seeds=s) for i, (m, s) in enumerate(cells)})
 
     assert plots._seeds_phrase(results_of(("M", ["1"]), ("M", ["1"])), "M") == "seed 1"
-    assert plots._seeds_phrase(results_of(("M", ["1", "2", "3"]), ("M", ["1", "2"]), ("N", ["7"])), "M") == "mean over 3 seeds"
+    assert (
+        plots._seeds_phrase(results_of(("M", ["1", "2", "3"]), ("M", ["1", "2"]), ("N", ["7"])), "M")
+        == "mean over 3 seeds"
+    )
     assert plots._seeds_phrase(results_of(("M", ["1"]), ("M", ["2"])), "M") == "one seed per method"
     kept = []
     monkeypatch.setattr(plt, "close", kept.append)

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import yaml
 
-from dfpo.evaluation.report import main as report_main
-from dfpo.evaluation.report_inputs import load_report_config
-from dfpo.evaluation.report_results import BootstrapSettings, SignificanceSettings, compute_results
-from dfpo.evaluation.stats import DegenerateBootstrapError
-from dfpo.evaluation.tables import paired_latex, paired_markdown, table1_latex, table1_markdown
+from evaluation.report import main as report_main
+from evaluation.report_inputs import load_report_config
+from evaluation.report_results import BootstrapSettings, SignificanceSettings, compute_results
+from evaluation.stats import DegenerateBootstrapError
+from evaluation.tables import paired_latex, paired_markdown, table1_latex, table1_markdown
 
 SETTINGS = BootstrapSettings(n_resamples=400, rng_seed=0)
 
@@ -94,7 +94,9 @@ def test_captions_state_the_resampling_mode(tmp_path, write_synthetic_run_fn, mo
         for method, shift in (("A", 0.1), ("B", 0.0)):
             write_synthetic_run_fn(tmp_path / f"{method}{seed}", _correct(10 * seed + len(method), shift))
             runs.append({"model": "m", "method": method, "seed": seed, "eval": f"{method}{seed}"})
-    results = compute_results(load_report_config(_runs_file(tmp_path, runs)), BootstrapSettings(n_resamples=400, resample=mode))
+    results = compute_results(
+        load_report_config(_runs_file(tmp_path, runs)), BootstrapSettings(n_resamples=400, resample=mode)
+    )
     for render in (paired_markdown, paired_latex, table1_markdown, table1_latex):
         assert phrase in render(results), render.__name__
     assert "jointly" not in paired_markdown(results)
@@ -132,8 +134,12 @@ def test_runs_sampled_differently_are_refused_unless_accepted(tmp_path, write_sy
     assert [m["differing"] for m in results.mismatches] == [["sampling"], ["data_sha256"]]
 
     out = tmp_path / "report"
-    assert report_main(["--runs", str(path), "--output-dir", str(out), "--n-resamples", "200",
-                        "--accept-mismatched-settings"]) == 0
+    assert (
+        report_main(
+            ["--runs", str(path), "--output-dir", str(out), "--n-resamples", "200", "--accept-mismatched-settings"]
+        )
+        == 0
+    )
     report = json.loads((out / "report.json").read_text())
     assert len(report["settings_mismatches"]) == 2
     recorded = report["runs"][1]["benchmarks"]["aime25"]
@@ -188,7 +194,10 @@ def test_a_seed_missing_a_benchmark_is_refused_or_warned_at_its_entry(tmp_path, 
     path = _runs_file(tmp_path, runs)
     config = load_report_config(path)
     line = _line(path, 4)
-    with pytest.raises(ValueError, match=rf"m/A/hmmt25: .*runs.yaml:{line} \(runs\[4\]\) \(seed 2\) have no 'hmmt25'.*--allow-incomplete"):
+    with pytest.raises(
+        ValueError,
+        match=rf"m/A/hmmt25: .*runs.yaml:{line} \(runs\[4\]\) \(seed 2\) have no 'hmmt25'.*--allow-incomplete",
+    ):
         compute_results(config, SETTINGS)
     with pytest.warns(UserWarning, match="reported over 2 seed") as caught:
         results = compute_results(config, SETTINGS, allow_incomplete=True)

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as scipy_stats
 
-from dfpo.evaluation.stats import (
+from evaluation.stats import (
     avg_at_k,
     bootstrap_ci,
     bootstrap_replicates,
@@ -223,7 +223,7 @@ def test_p_value_matches_the_two_sided_normal_approximation_for_a_moderate_effec
 def test_a_single_resampled_seed_is_refused_not_reported_as_significant():
     """One seed per method with --resample seeds: every replicate equals the observed difference,
     which used to print a null pair as ``-4.6 [-4.6, -4.6] p<2e-04``."""
-    from dfpo.evaluation.stats import DegenerateBootstrapError
+    from evaluation.stats import DegenerateBootstrapError
 
     rng = np.random.default_rng(0)
     method, baseline = rng.random((1, 30)), rng.random((1, 30))  # a true null pair, one seed each
@@ -237,7 +237,7 @@ def test_a_single_resampled_seed_is_refused_not_reported_as_significant():
 
 
 def test_holm_adjustment_hand_computed_and_monotone():
-    from dfpo.evaluation.stats import holm_adjust
+    from evaluation.stats import holm_adjust
 
     # sorted 0.01, 0.02, 0.03, 0.5 -> 4*0.01, 3*0.02, max(0.06, 2*0.03), max(.., 1*0.5)
     np.testing.assert_allclose(holm_adjust([0.03, 0.5, 0.01, 0.02]), [0.06, 0.5, 0.04, 0.06])

@@ -8,8 +8,8 @@ import itertools
 import numpy as np
 import pytest
 
-from dfpo.evaluation import plots
-from dfpo.verl_logs import MetricSeries
+from dfpo.operations.training_logs import MetricSeries
+from evaluation import plots
 
 STEPS = np.arange(1, 6)
 VAL_STEPS = np.array([0, 5])
@@ -101,4 +101,7 @@ def test_titles_do_not_overlap(tmp_path, figures, which):
 
 def test_nothing_to_draw_gives_no_figure(tmp_path):
     assert plots.training_story({"GSPO": [{"x": series([1.0] * 5)}]}, "m", tmp_path / "s.png") is None
-    assert plots.training_diagnostics({"GSPO": [{"critic/score/mean": series([1.0] * 5)}]}, "m", tmp_path / "d.png") is None
+    assert (
+        plots.training_diagnostics({"GSPO": [{"critic/score/mean": series([1.0] * 5)}]}, "m", tmp_path / "d.png")
+        is None
+    )

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from dfpo.verl_logs import (
+from dfpo.operations.training_logs import (
     curve_keys,
     parse_console_value,
     read_console_log,

@@ -1,7 +1,7 @@
 """The vLLM evaluation backend on CPU (vLLM 0.24.0's CPU build, in the test stack), against the
 transformers backend on the same model and data.
 
-The model is the CPU recipes' tiny Qwen3 (built in code by ``dfpo.examples.prepare``, warm-started on
+The model is the CPU recipes' tiny Qwen3 (built in code by ``cpu_examples.prepare``, warm-started on
 the toy sums' answer format, so responses are ``\\boxed{n}`` and the real math scorer finds right
 and wrong answers), in float32. Greedy decoding through both backends must give the same token
 ids, the same samples, the same scores and a manifest that differs in the backend entry only.
@@ -19,11 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from dfpo.evaluation.backends import build_backend
-from dfpo.evaluation.backends import vllm_backend
-from dfpo.evaluation.generate import build_parser
-from dfpo.evaluation.run_store import read_manifest, read_samples
-from dfpo.evaluation.sampling import derive_seed, preset
+from evaluation.backends import build_backend
+from evaluation.generate import build_parser
+from evaluation.run_store import read_manifest, read_samples
+from evaluation.sampling_settings import derive_seed, preset
 from tests.e2e.recipe_runs import run_command
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,14 +30,14 @@ RUNNER = Path(__file__).with_name("vllm_cpu_run.py")
 MAX_NEW_TOKENS = 16
 K = 2
 # vLLM's CPU kernels (oneDNN GEMMs) and torch's differ in float32 rounding: the same bound as
-# python -m dfpo.run_checks' fp32 rollout-vs-actor gap (measured <= 1.1e-4 in the CPU recipes).
+# python -m dfpo.operations.run_checks' fp32 rollout-vs-actor gap (measured <= 1.1e-4 in the CPU recipes).
 LOGPROB_BOUND = 1e-3
 
 
 @pytest.fixture(scope="module")
 def recipe_model(tmp_path_factory):
     """(tiny Qwen3 directory, toy test parquet) exactly as the CPU recipes build them."""
-    from dfpo.examples.prepare import prepare
+    from cpu_examples.prepare import prepare
 
     model, _, test = prepare(tmp_path_factory.mktemp("cpu_recipe"))
     return model, test
@@ -79,7 +78,11 @@ def test_on_cpu_the_backend_runs_eager_with_a_bounded_kv_cache_and_the_checkpoin
     # what is given wins
     engine.clear()
     build_backend("vllm", str(model), preset("qwen3-thinking"), enforce_eager=False, kv_cache_gib=2.5, dtype="bfloat16")
-    assert (engine["enforce_eager"], engine["kv_cache_memory_bytes"], engine["dtype"]) == (False, int(2.5 * (1 << 30)), "bfloat16")
+    assert (engine["enforce_eager"], engine["kv_cache_memory_bytes"], engine["dtype"]) == (
+        False,
+        int(2.5 * (1 << 30)),
+        "bfloat16",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -96,13 +99,17 @@ def bf16_checkpoint(recipe_model, tmp_path_factory):
 
 
 @pytest.mark.parametrize(("native", "expected"), [(False, "float32"), (True, "bfloat16")])
-def test_on_cpu_a_bf16_checkpoint_is_computed_in_what_the_cpu_does_natively(bf16_checkpoint, monkeypatch, native, expected):
+def test_on_cpu_a_bf16_checkpoint_is_computed_in_what_the_cpu_does_natively(
+    bf16_checkpoint, monkeypatch, native, expected
+):
     """The CPU precision rule in both evaluation backends: ``auto`` is the checkpoint's bfloat16
     only where this CPU computes bf16 natively, else float32 (the CPU faked as either kind)."""
-    from dfpo.evaluation.backends.transformers_backend import TransformersBackend
-    from dfpo.cpu import cpu_precision
+    from cpu_backend import precision as cpu_precision
+    from evaluation.backends.transformers_backend import TransformersBackend
 
-    measured = cpu_precision.CpuPrecision("X", native, False, fp32_ms=10.0, bf16_ms=4.0 if native else 400.0, torch_threads=1)
+    measured = cpu_precision.CpuPrecision(
+        "X", native, False, fp32_ms=10.0, bf16_ms=4.0 if native else 400.0, torch_threads=1
+    )
     monkeypatch.setattr(cpu_precision, "probe", lambda: measured)
     engine = _fake_vllm(monkeypatch, "cpu")
     build_backend("vllm", str(bf16_checkpoint), preset("qwen3-thinking"))
@@ -204,7 +211,7 @@ def test_vllm_on_cpu_matches_the_transformers_backend_on_the_same_model_and_data
     )  # fmt: skip
     assert vllm_run.returncode == 0, vllm_run.tail(60)
     hf_run = run_command(
-        [sys.executable, "-m", "dfpo.evaluation.generate", *common, "--output-dir", str(tmp_path / "hf"),
+        [sys.executable, "-m", "evaluation.generate", *common, "--output-dir", str(tmp_path / "hf"),
          "--backend", "transformers", "--device", "cpu"],
         {"OMP_NUM_THREADS": "1"},
         timeout_s=300,
@@ -251,9 +258,13 @@ def test_vllm_on_cpu_matches_the_transformers_backend_on_the_same_model_and_data
     vllm_records, hf_records = read_samples(tmp_path / "vllm"), read_samples(tmp_path / "hf")
     assert len(vllm_records) == len(hf_records) == len(hf_ids) * K
     # each backend records the seed that reproduces a sample with it (docs/evaluation.md, "Seeds")
-    assert [r["seed"] for r in vllm_records] == [derive_seed(0, r["problem_id"], r["sample_index"]) for r in vllm_records]
+    assert [r["seed"] for r in vllm_records] == [
+        derive_seed(0, r["problem_id"], r["sample_index"]) for r in vllm_records
+    ]
     assert [r["seed"] for r in hf_records] == [derive_seed(0, r["problem_id"], 0) for r in hf_records]
-    unseeded = lambda records: [{k: v for k, v in r.items() if k != "seed"} for r in records if r["problem_id"] not in ties]  # noqa: E731
+    unseeded = lambda records: [
+        {k: v for k, v in r.items() if k != "seed"} for r in records if r["problem_id"] not in ties
+    ]  # noqa: E731
     assert unseeded(vllm_records) == unseeded(hf_records)
     eos = AutoTokenizer.from_pretrained(model).eos_token_id
     for record in (r for r in vllm_records if r["problem_id"] not in ties):
@@ -263,9 +274,10 @@ def test_vllm_on_cpu_matches_the_transformers_backend_on_the_same_model_and_data
     accuracies = {r["acc"] for r in vllm_records}
     assert accuracies == {0.0, 1.0}, "the warm-started model should get some sums right and some wrong"
     if not ties:
-        assert json.loads((tmp_path / "vllm" / "summary.json").read_text())["overall"] == json.loads(
-            (tmp_path / "hf" / "summary.json").read_text()
-        )["overall"]
+        assert (
+            json.loads((tmp_path / "vllm" / "summary.json").read_text())["overall"]
+            == json.loads((tmp_path / "hf" / "summary.json").read_text())["overall"]
+        )
 
     # sampling: one request per sample with its own seed; the same seeds give the same samples
     first, second = result["sampled"]

@@ -1,9 +1,9 @@
 """Run by tests/evaluation/test_eval_vllm_cpu.py in a process of its own (vLLM spawns its
 EngineCore process, hence the ``__main__`` guard):
 
-    python tests/evaluation/vllm_cpu_run.py RESULT.json [python -m dfpo.evaluation.generate arguments...]
+    python tests/evaluation/vllm_cpu_run.py RESULT.json [python -m evaluation.generate arguments...]
 
-runs ``dfpo.evaluation.generate.main`` with the arguments given (the command-line code path,
+runs ``evaluation.generate.main`` with the arguments given (the command-line code path,
 ``--backend vllm``), keeps the backend it built, and with that one engine then records in
 RESULT.json what the run's files cannot show: the greedy token ids and their log-probs per
 problem straight from vLLM, the same requests sampled twice at temperature 1 (reproducibility
@@ -20,9 +20,9 @@ from pathlib import Path
 
 
 def run(result_path: Path, argv: list[str]) -> int:
-    from dfpo.evaluation import generate
-    from dfpo.evaluation.chat_prompt import render_prompt_ids
-    from dfpo.evaluation.problems import load_problems
+    from evaluation import generate
+    from evaluation.chat_prompt import render_prompt_ids
+    from evaluation.problems import load_problems
 
     built = []
     real_build = generate.build_backend
@@ -41,14 +41,21 @@ def run(result_path: Path, argv: list[str]) -> int:
 
     args = generate.build_parser().parse_args(argv)
     problems = [p for path in args.data for p in load_problems(Path(path), limit=args.limit)]
-    prompts = {p.problem_id: render_prompt_ids(backend.tokenizer, p.messages, backend.sampling.chat_template_kwargs) for p in problems}
+    prompts = {
+        p.problem_id: render_prompt_ids(backend.tokenizer, p.messages, backend.sampling.chat_template_kwargs)
+        for p in problems
+    }
     greedy = backend._sampling_params_cls(temperature=0.0, max_tokens=backend.sampling.max_new_tokens, logprobs=0)
-    outputs = backend.llm.generate([{"prompt_token_ids": ids} for ids in prompts.values()], sampling_params=greedy, use_tqdm=False)
+    outputs = backend.llm.generate(
+        [{"prompt_token_ids": ids} for ids in prompts.values()], sampling_params=greedy, use_tqdm=False
+    )
     greedy_ids, greedy_logprobs = {}, {}
     for problem_id, output in zip(prompts, outputs, strict=True):
         out = output.outputs[0]
         greedy_ids[problem_id] = list(out.token_ids)
-        greedy_logprobs[problem_id] = [step[token].logprob for step, token in zip(out.logprobs, out.token_ids, strict=True)]
+        greedy_logprobs[problem_id] = [
+            step[token].logprob for step, token in zip(out.logprobs, out.token_ids, strict=True)
+        ]
 
     backend.sampling = dataclasses.replace(backend.sampling, temperature=1.0, top_p=1.0, top_k=None)
     requests = [generate.make_request(p, 8, 1) for p in problems[:2]]

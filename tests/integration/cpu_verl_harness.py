@@ -1,19 +1,19 @@
 """Run verl 0.9.1's real actor worker path on CPU, for integration tests (test-only).
 
 verl 0.9.1 ships no CPU platform and registers its FSDP engine for ``cuda``/``npu`` only. This
-module uses dfpo's local CPU backend (:mod:`dfpo.cpu`, shared with the CPU recipes) for what is
+module uses dfpo's local CPU backend (:mod:`cpu_backend`, shared with the CPU recipes) for what is
 missing, through verl's own extension points, without editing verl's files:
 
-* :class:`dfpo.cpu.platform.PlatformCPU`, registered with verl's ``PlatformRegistry`` as
+* :class:`cpu_backend.platform.PlatformCPU`, registered with verl's ``PlatformRegistry`` as
   ``cpu`` and made current by :func:`install_cpu_platform` (``VERL_PLATFORM=cpu`` in rank
   processes): device ``"cpu"``, backend ``gloo`` and a ``torch.cuda``-style device module;
 * verl's own ``FSDPEngineWithLMHead`` registered for device ``"cpu"``, backend ``fsdp2``
-  (:func:`dfpo.cpu.activate.register_cpu_engine`).
+  (:func:`cpu_backend.activate.register_cpu_engine`).
 
 On top of the shim, what a test needs (each documented below):
 
 * model and config: :func:`save_tiny_model` / :func:`ensure_tiny_model` (:data:`TINY_MODEL`, a
-  random 2-layer fp32 Qwen2 of :mod:`dfpo.examples.tiny_model`, and an offline tokenizer),
+  random 2-layer fp32 Qwen2 of :mod:`cpu_examples.tiny_model`, and an offline tokenizer),
   :func:`compose_actor_config` (verl's ``ppo_trainer`` composed with Hydra, :data:`CPU_OVERRIDES`
   first), :func:`build_actor_worker` (a real ``ActorRolloutRefWorker(role="actor")`` after
   ``init_model()``);
@@ -51,9 +51,9 @@ import torch
 import torch.distributed as dist
 from verl.plugin.platform import PlatformBase, get_platform, set_platform
 
-from dfpo.cpu.activate import register_cpu_engine
-from dfpo.cpu.platform import CPU_PLATFORM_NAME, PlatformCPU
-from dfpo.examples.tiny_model import TinyModelSpec, build_char_tokenizer, save_untrained_model
+from cpu_backend.activate import register_cpu_engine
+from cpu_backend.platform import CPU_PLATFORM_NAME, PlatformCPU
+from cpu_examples.tiny_model import TinyModelSpec, build_char_tokenizer, save_untrained_model
 
 # The repository root, put on a rank process's sys.path before it runs the test's function.
 _REPO_ROOT = str(Path(__file__).resolve().parents[2])
@@ -64,7 +64,7 @@ _REPO_ROOT = str(Path(__file__).resolve().parents[2])
 # ---------------------------------------------------------------------------------------------
 
 
-# Registering only adds the class to verl's registry (dfpo.cpu.platform does it at import); nothing
+# Registering only adds the class to verl's registry (cpu_backend.platform does it at import); nothing
 # uses it until VERL_PLATFORM=cpu or install_cpu_platform() selects it. Importing it here, before verl
 # resolves its platform, lets a process that imports this module first (the forkserver of
 # run_ranks) resolve "cpu".
@@ -99,7 +99,7 @@ def install_cpu_platform() -> PlatformBase:
 # ---------------------------------------------------------------------------------------------
 
 
-# The one tiny model definition (dfpo.examples.tiny_model) as this harness's tests were verified with
+# The one tiny model definition (cpu_examples.tiny_model) as this harness's tests were verified with
 # it: a 2-layer Qwen2 of width 32 (4 heads of 8), untied output layer, eager attention, small enough
 # for many update steps per second on one CPU core; verl's synthetic padding samples are 128 tokens
 # long.
@@ -114,7 +114,7 @@ TINY_MODEL = TinyModelSpec(
     attn_implementation="eager",
 )
 
-# dfpo's character-level chat tokenizer (dfpo.examples.tiny_model): padding 0, <|im_start|> 1,
+# dfpo's character-level chat tokenizer (cpu_examples.tiny_model): padding 0, <|im_start|> 1,
 # <|im_end|> (eos) 2, then one token per printable character and fillers up to vocab_size.
 EOS_TOKEN_ID = 2
 FIRST_ORDINARY_TOKEN_ID = 3
@@ -138,9 +138,7 @@ def load_hf_model(model_dir: str | os.PathLike):
     off): the starting point of a single-process reference."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(
-        str(model_dir), dtype=torch.float32, attn_implementation="eager"
-    )
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32, attn_implementation="eager")
     model.eval()  # dropout is 0 in Qwen2; eval() only documents that nothing is stochastic.
     return model
 
@@ -197,7 +195,7 @@ CPU_OVERRIDES: tuple[str, ...] = (
 
 def compose_actor_config(model_dir: str | os.PathLike, config_overrides: Sequence[str] = ()):
     """verl's full ``ppo_trainer`` config (a DictConfig) composed with Hydra
-    (:func:`dfpo.hydra_config.compose_trainer_config`), pointed at ``model_dir``, with
+    (:func:`dfpo.launch.compose.compose_trainer_config`), pointed at ``model_dir``, with
     :data:`CPU_OVERRIDES` and then ``config_overrides`` applied.
 
     Composition takes seconds on CPU, so results are cached per (model_dir, overrides) in this
@@ -211,7 +209,7 @@ def compose_actor_config(model_dir: str | os.PathLike, config_overrides: Sequenc
 def _compose_cached(overrides: tuple[str, ...]):
     from hydra.core.global_hydra import GlobalHydra
 
-    from dfpo.hydra_config import compose_trainer_config
+    from dfpo.launch.compose import compose_trainer_config
 
     GlobalHydra.instance().clear()  # a Hydra left initialised elsewhere in the process would refuse
     return compose_trainer_config(overrides, config_name="ppo_trainer")
@@ -640,12 +638,14 @@ def select_samples(batch, indices: Sequence[int]):
     return tu.index_select_tensor_dict(batch, torch.as_tensor(list(indices), dtype=torch.int64))
 
 
-def whole_group_dfpo_loss(log_probs: torch.Tensor, sub_batch, old_log_probs: torch.Tensor | None = None) -> torch.Tensor:
+def whole_group_dfpo_loss(
+    log_probs: torch.Tensor, sub_batch, old_log_probs: torch.Tensor | None = None
+) -> torch.Tensor:
     """DFPO's loss (default transform) of ``sub_batch`` with every group whole in it: the group
     statistics from ``log_probs`` (B, T, with grad) against the batch's ``old_log_probs`` (or the
     given ones), normalised over the sub-batch's sequences. A ``loss_fn`` for :func:`reference_update`."""
-    from dfpo.group_ids import group_ids
-    from dfpo.loss import compute_dfpo_loss
+    from dfpo.algorithm.group_ids import group_ids
+    from dfpo.algorithm.loss import compute_dfpo_loss
 
     width = log_probs.shape[1]
     field = lambda key: padded_response_field(sub_batch, key)[:, :width]  # noqa: E731
@@ -860,7 +860,6 @@ def run_ranks(fn: Callable, world_size: int, *args, timeout_s: float = 600.0) ->
     traceback is raised as :class:`RankFailed`; surviving ranks are killed.
     """
     import multiprocessing
-
     from multiprocessing import forkserver
 
     context = multiprocessing.get_context("forkserver")

@@ -28,6 +28,7 @@ def whole_batch_overrides(world_size: int) -> list[str]:
         "actor_rollout_ref.actor.ppo_epochs=1",
     ]
 
+
 # Old log-probs off the current policy, so that sequence ratios differ from 1 and some clip.
 BATCH_SPEC = harness.BatchSpec(num_prompts=NUM_PROMPTS, n=N, seed=3, old_log_prob_noise=0.3)
 
@@ -256,9 +257,9 @@ def test_single_process_group_leaves_no_trace():
     import os
 
     import torch.distributed as dist
+    import verl.workers.engine  # noqa: F401  (verl's own import-time environment changes happen here)
     from verl.plugin.platform import get_platform
 
-    import verl.workers.engine  # noqa: F401  (verl's own import-time environment changes happen here)
     keys = ("VERL_PLATFORM", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
     before_platform, before_env = get_platform(), {key: os.environ.get(key) for key in keys}
     with harness.single_process_group():

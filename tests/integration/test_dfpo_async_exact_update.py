@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 N = 4
 OVERRIDES = [
-    "actor_rollout_ref.actor.policy_loss._target_=dfpo.loss_config.DFPOPolicyLossConfig",
+    "actor_rollout_ref.actor.policy_loss._target_=dfpo.verl.loss_config.DFPOPolicyLossConfig",
     "actor_rollout_ref.actor.policy_loss.loss_mode=dfpo",
     "algorithm.adv_estimator=dfpo",
     f"actor_rollout_ref.rollout.n={N}",
@@ -103,7 +103,9 @@ def _trainer_step(trainer, workers, batch, global_steps, trigger):
     trainer.global_steps, trainer.local_trigger_step = global_steps, trigger
     meta = _FakeBatch(len(batch))
     # half the responses were started one policy version earlier (a partial rollout carried over)
-    meta.tags = [{"min_global_steps": global_steps - 1 - i % 2, "max_global_steps": global_steps - 1} for i in range(len(batch))]
+    meta.tags = [
+        {"min_global_steps": global_steps - 1 - i % 2, "max_global_steps": global_steps - 1} for i in range(len(batch))
+    ]
     metrics = {}
     trainer._compute_old_log_prob(meta, metrics)
     update_meta = _FakeBatch(len(batch))  # the trainer updates with the batch _compute_advantage returned
@@ -118,10 +120,10 @@ def _whole_group_loss(log_probs, sub_batch, force_unit_ratio=False):
 
 
 def _async_rounds(rank, world_size, tmp_path):
-    from dfpo.hydra_config import compose_trainer_config
-    from dfpo.cpu.activate import activate
-    from dfpo.trainer import DFPOColocateAsyncTrainer, DFPOSeparateAsyncTrainer
-    from dfpo.workers import DFPOActorRolloutRefWorker, DFPODetachActorWorker
+    from cpu_backend.activate import activate
+    from dfpo.launch.compose import compose_trainer_config
+    from dfpo.verl.trainer import DFPOColocateAsyncTrainer, DFPOSeparateAsyncTrainer
+    from dfpo.verl.workers import DFPOActorRolloutRefWorker, DFPODetachActorWorker
 
     activate()  # the local CPU backend, as every process of a CPU run has it (sharded save copies)
     model_dir = h.ensure_tiny_model(f"{tmp_path}/model")
@@ -130,7 +132,9 @@ def _async_rounds(rank, world_size, tmp_path):
     # ---- colocate_async: 4 prompts, 2 mini-batches, stale rollout log-probs ------------------------
     batch = h.make_batch(model_dir, h.BatchSpec(num_prompts=4, n=N, seed=1))
     cfg = h.compose_actor_config(model_dir, OVERRIDES)
-    trainer = DFPOColocateAsyncTrainer(compose_trainer_config(["trainer.v1.trainer_mode=dfpo_colocate_async", *OVERRIDES], "dfpo_trainer"))
+    trainer = DFPOColocateAsyncTrainer(
+        compose_trainer_config(["trainer.v1.trainer_mode=dfpo_colocate_async", *OVERRIDES], "dfpo_trainer")
+    )
     worker = DFPOActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor")
     worker.init_model()
     before = h.actor_state_dict(worker)
@@ -139,18 +143,27 @@ def _async_rounds(rank, world_size, tmp_path):
     trainer.actor_rollout_wg = workers
     monkey_tq(store)
     metrics = _trainer_step(trainer, workers, batch, global_steps=3, trigger=0)
-    (data, worker_metrics), = workers.outputs
+    ((data, worker_metrics),) = workers.outputs
     model = h.load_hf_model(model_dir)
     meta = h.update_meta_from_config(worker.config)
     steps = h.global_mini_batches(len(data), 1, meta["mini_batch_size"], meta["epochs"], meta["shuffle"], meta["seed"])
     h.reference_update(model, h.optimizer_settings(worker), data, steps, _whole_group_loss)
-    out["colocate_async"] = (before, h.actor_state_dict(worker), {n: p.detach().clone() for n, p in model.named_parameters()}, None, worker_metrics, metrics)
+    out["colocate_async"] = (
+        before,
+        h.actor_state_dict(worker),
+        {n: p.detach().clone() for n, p in model.named_parameters()},
+        None,
+        worker_metrics,
+        metrics,
+    )
 
     # ---- separate_async: local update 0 on batch A, local update 1 on batch B ---------------------
     batch_a = h.make_batch(model_dir, h.BatchSpec(num_prompts=2, n=N, seed=2))
     batch_b = h.make_batch(model_dir, h.BatchSpec(num_prompts=2, n=N, seed=3))
     cfg = h.compose_actor_config(model_dir, OVERRIDES + SEPARATE)
-    trainer = DFPOSeparateAsyncTrainer(compose_trainer_config(["trainer.v1.trainer_mode=dfpo_separate_async", *OVERRIDES, *SEPARATE], "dfpo_trainer"))
+    trainer = DFPOSeparateAsyncTrainer(
+        compose_trainer_config(["trainer.v1.trainer_mode=dfpo_separate_async", *OVERRIDES, *SEPARATE], "dfpo_trainer")
+    )
     assert trainer.parameter_sync_step == 2
     worker = DFPODetachActorWorker(cfg.actor_rollout_ref, role="actor")
     worker.init_model()
@@ -164,7 +177,12 @@ def _async_rounds(rank, world_size, tmp_path):
         metrics.append(_trainer_step(trainer, workers, local_batch, global_steps=3, trigger=trigger))
         used.append(workers.outputs[0])
     # the old log-probs of local update 1 are π_old's (θ0), not θ1's
-    torch.testing.assert_close(h.padded_response_field(used[1][0], "old_log_probs"), h.padded_response_field(batch_b, "old_log_probs"), rtol=0, atol=1e-5)
+    torch.testing.assert_close(
+        h.padded_response_field(used[1][0], "old_log_probs"),
+        h.padded_response_field(batch_b, "old_log_probs"),
+        rtol=0,
+        atol=1e-5,
+    )
     after = h.actor_state_dict(worker)
     from verl.utils import tensordict_utils as tu
 
@@ -195,7 +213,13 @@ def _deltas_close(before, after, expected, label, scale=None):
     scale = scale or max(float(d.abs().max()) for d in deltas.values())
     assert scale > 1e-4, f"{label}: the update did not move the parameters"
     for name, delta in deltas.items():
-        torch.testing.assert_close(delta, expected[name] - before[name], rtol=1e-4, atol=1e-5 * scale, msg=lambda m, name=name: f"{label}: {name}: {m}")
+        torch.testing.assert_close(
+            delta,
+            expected[name] - before[name],
+            rtol=1e-4,
+            atol=1e-5 * scale,
+            msg=lambda m, name=name: f"{label}: {name}: {m}",
+        )
     return scale
 
 
@@ -224,7 +248,7 @@ def _aliasing_rounds(rank, world_size):
     from torch.distributed.fsdp import fully_shard
     from verl.utils import fsdp_utils
 
-    from dfpo.cpu.activate import copying_sharded_save
+    from cpu_backend.activate import copying_sharded_save
 
     raw = getattr(fsdp_utils.fsdp2_sharded_save_to_cpu, "__wrapped__", fsdp_utils.fsdp2_sharded_save_to_cpu)
     results = {}

@@ -20,11 +20,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dfpo.group_ids import group_ids
-from dfpo.cpu.varlen_attention import CPU_VARLEN_ATTENTION
-from dfpo.group_statistics import compute_group_weights, row_statistics
-from dfpo.loss import compute_dfpo_loss
-from dfpo.shared_prefix import shared_prefix_lengths
+from cpu_backend.varlen_attention import CPU_VARLEN_ATTENTION
+from dfpo.algorithm.group_ids import group_ids
+from dfpo.algorithm.group_statistics import compute_group_weights, row_statistics
+from dfpo.algorithm.loss import compute_dfpo_loss
+from dfpo.algorithm.shared_prefix import shared_prefix_lengths
 from tests.integration import cpu_verl_harness as h
 
 pytestmark = pytest.mark.slow
@@ -34,7 +34,7 @@ BATCH_SPEC = h.BatchSpec(num_prompts=NUM_PROMPTS, n=N, seed=1)  # old log-probs 
 DELTA_ATOL_FRACTION, DELTA_RTOL = 1e-5, 1e-4
 
 DFPO = [
-    "actor_rollout_ref.actor.policy_loss._target_=dfpo.loss_config.DFPOPolicyLossConfig",
+    "actor_rollout_ref.actor.policy_loss._target_=dfpo.verl.loss_config.DFPOPolicyLossConfig",
     "actor_rollout_ref.actor.policy_loss.loss_mode=dfpo",
     "algorithm.adv_estimator=dfpo",
 ]
@@ -59,7 +59,7 @@ PACKED = [
 ]
 SDPA = ["actor_rollout_ref.model.override_config.attn_implementation=sdpa"]
 # Ulysses sequence parallelism over both ranks (one data-parallel rank): each rank forwards half of
-# every packed row, verl's all-to-all exchanges q/k/v per attention layer (gloo: dfpo/cpu/gloo_all_to_all.py)
+# every packed row, verl's all-to-all exchanges q/k/v per attention layer (gloo: cpu_backend/gloo_all_to_all.py)
 SP2 = PACKED + ["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"]
 
 
@@ -79,12 +79,11 @@ def rounds(rank, world_size, tmp_path, cases, batch):
     """On one rank: for each (worker kind, overrides) build a fresh worker and run update_actor."""
     from verl.workers.engine_workers import ActorRolloutRefWorker
 
-    from dfpo.workers import DFPOActorRolloutRefWorker
-
-    from dfpo.cpu import gloo_all_to_all, varlen_attention
+    from cpu_backend import gloo_all_to_all, varlen_attention
+    from dfpo.verl.workers import DFPOActorRolloutRefWorker
 
     varlen_attention.install()  # the GPU path's packed attention and Ulysses all-to-all, as
-    gloo_all_to_all.install()  # dfpo.cpu.activate installs them in the trainer's workers
+    gloo_all_to_all.install()  # cpu_backend.activate installs them in the trainer's workers
     results = []
     for kind, overrides in cases:
         cfg = h.compose_actor_config(h.ensure_tiny_model(f"{tmp_path}/model"), overrides)
@@ -110,7 +109,9 @@ def reference_update(tmp_path, batch, overrides, world_size):
     cfg = h.compose_actor_config(h.ensure_tiny_model(f"{tmp_path}/model"), overrides)
     options = h.actor_loss_config(cfg).policy_loss
     meta = h.update_meta_from_config(cfg.actor_rollout_ref)
-    steps = h.global_mini_batches(len(batch), world_size, meta["mini_batch_size"], meta["epochs"], meta["shuffle"], meta["seed"])
+    steps = h.global_mini_batches(
+        len(batch), world_size, meta["mini_batch_size"], meta["epochs"], meta["shuffle"], meta["seed"]
+    )
     model = h.load_hf_model(f"{tmp_path}/model")
     optimizer = torch.optim.SGD(model.parameters(), lr=float(cfg.actor_rollout_ref.actor.optim.lr))
     gid = group_ids(list(batch["uid"]))
@@ -207,7 +208,9 @@ SP2_CASES = {
 
 
 def _check(workdir, batch, cases, world_size, sp=1):
-    results = h.run_ranks(rounds, world_size, str(workdir), [("dfpo", TWO_MINI_BATCHES_TWO_EPOCHS + o) for o in cases.values()], batch)
+    results = h.run_ranks(
+        rounds, world_size, str(workdir), [("dfpo", TWO_MINI_BATCHES_TWO_EPOCHS + o) for o in cases.values()], batch
+    )
     for index, (label, overrides) in enumerate(cases.items()):
         before, after, metrics = results[0][index]
         expected = reference_update(str(workdir), batch, TWO_MINI_BATCHES_TWO_EPOCHS + overrides, world_size // sp)
@@ -223,7 +226,10 @@ def _check(workdir, batch, cases, world_size, sp=1):
         assert len(metrics["dfpo/prepass_forward"]) == 4  # 2 mini-batches x 2 epochs
         assert metrics["dfpo/prepass_forward"][0] == 0.0 and all(v == 1.0 for v in metrics["dfpo/prepass_forward"][1:])
         if "orth_proj" in label or "min_replace" in label:
-            assert max(metrics["dfpo/cancellation_residual_after"]) < 1e-6, (label, metrics["dfpo/cancellation_residual_after"])
+            assert max(metrics["dfpo/cancellation_residual_after"]) < 1e-6, (
+                label,
+                metrics["dfpo/cancellation_residual_after"],
+            )
         if ("orth_proj" in label or "min_replace" in label) and " IS " not in label:
             # (the IS case's weights are drawn per token, unequal at a group's shared positions, where
             # real ones are equal: same context, same token; so its shared gradient does not cancel)
@@ -231,7 +237,9 @@ def _check(workdir, batch, cases, world_size, sp=1):
             # the no-stop-grad ablation's W̃(θ) moves the shared tokens although its weights cancel
             # measured on groups a mini-batch holds whole: shuffled mini-batches and two ranks'
             # length balancing split them, unshuffled ones on one rank keep them whole
-            residual = _shared_token_grad_residual(metrics, label, required=world_size // sp == 1 and "shuffle" not in label)
+            residual = _shared_token_grad_residual(
+                metrics, label, required=world_size // sp == 1 and "shuffle" not in label
+            )
             if "no-stop-grad" in label:
                 assert all(r > 1e-3 for r in residual), (label, residual)
             else:
@@ -248,7 +256,9 @@ def _shared_token_grad_residual(metrics, label, required: bool = True) -> list[f
     assert len(residual) == sum(1 for g in groups if g > 0), (label, groups, residual)
     assert residual or not required, (label, groups)
     # what was not measured says why: measured ⊆ with a shared prefix ⊆ whole
-    counts = zip(groups, metrics["dfpo/shared_token_grad_prefix_groups"], metrics["dfpo/shared_token_grad_whole_groups"])
+    counts = zip(
+        groups, metrics["dfpo/shared_token_grad_prefix_groups"], metrics["dfpo/shared_token_grad_whole_groups"]
+    )
     assert all(g <= p <= w for g, p, w in counts), (label, metrics)
     assert all(eps == torch.finfo(torch.float32).eps for eps in metrics["dfpo/shared_token_grad_eps"]), label
     return residual
@@ -288,11 +298,19 @@ def test_verl_gspo_update_is_unchanged_by_dfpo_worker(workdir):
     ]
     generator = torch.Generator().manual_seed(3)
     batch["ref_log_prob"] = torch.nested.as_nested_tensor(
-        [r + 0.1 * torch.randn(len(r), generator=generator) for r in batch["old_log_probs"].unbind()], layout=torch.jagged
+        [r + 0.1 * torch.randn(len(r), generator=generator) for r in batch["old_log_probs"].unbind()],
+        layout=torch.jagged,
     )
-    cases = [("verl", gspo), ("dfpo", gspo), ("verl", vanilla), ("dfpo", vanilla), ("verl", regularised), ("dfpo", regularised)]
+    cases = [
+        ("verl", gspo),
+        ("dfpo", gspo),
+        ("verl", vanilla),
+        ("dfpo", vanilla),
+        ("verl", regularised),
+        ("dfpo", regularised),
+    ]
     (results,) = h.run_ranks(rounds, 1, str(workdir), cases, batch)
-    for (verl_run, dfpo_run) in ((results[0], results[1]), (results[2], results[3]), (results[4], results[5])):
+    for verl_run, dfpo_run in ((results[0], results[1]), (results[2], results[3]), (results[4], results[5])):
         for name, value in verl_run[1].items():
             torch.testing.assert_close(dfpo_run[1][name], value, rtol=0, atol=0)
     assert "actor/entropy_loss" in results[5][2] and "kl_loss" in results[5][2]

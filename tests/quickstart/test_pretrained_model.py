@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from dfpo.examples import pretrained_model as pm
+from cpu_examples import pretrained_model as pm
 
 
 def test_the_wheels_gguf_file_is_found_and_is_the_pinned_one():

@@ -1,4 +1,4 @@
-"""``python -m dfpo.quickstart``'s options reach the training runs (no training here)."""
+"""``python -m quickstart``'s options reach the training runs (no training here)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from dfpo import quickstart
+from quickstart import pipeline as quickstart
 
 
 def test_overrides_go_after_the_recipe_and_rename_the_experiment(tmp_path, monkeypatch):
@@ -21,15 +21,20 @@ def test_overrides_go_after_the_recipe_and_rename_the_experiment(tmp_path, monke
     method = quickstart.METHODS[0]
     overrides = ("actor_rollout_ref.actor.optim.lr=1e-5",)
     trained = quickstart.train(method, tmp_path, steps=2, ranks=1, seed=3, overrides=overrides)
-    (command, env), = calls
+    ((command, env),) = calls
     # verl's validation samples are written per run (the held-out evaluation reads them)
     assert trained.validation_dir == tmp_path / "validation" / trained.experiment
     # the recipe's own command (python -m dfpo.main method=... base_model=..., one override per
     # knob), started directly, the quickstart's own (a weights-only final checkpoint) and the user's overrides after it
-    from dfpo.recipe import recipe_overrides
+    from dfpo.launch.recipe import recipe_overrides
 
     assert command[:5] == [sys.executable, "-m", "dfpo.main", "method=dfpo_min_replace", "base_model=smollm2_135m_cpu"]
-    assert command[3:] == [*recipe_overrides("dfpo_min_replace", "smollm2_135m_cpu", env), *quickstart.CHECKPOINT_OVERRIDES, *overrides, f"trainer.validation_data_dir={trained.validation_dir}"]
+    assert command[3:] == [
+        *recipe_overrides("dfpo_min_replace", "smollm2_135m_cpu", env),
+        *quickstart.CHECKPOINT_OVERRIDES,
+        *overrides,
+        f"trainer.validation_data_dir={trained.validation_dir}",
+    ]
     assert env["GPUS_PER_NODE"] == "1" and env["SEED"] == "3" and env["TOTAL_TRAINING_STEPS"] == "2"
     assert env["VERL_PLATFORM"] == "cpu"  # a CPU model's driver
     one_rank = {"GPUS_PER_NODE": "1"}
@@ -38,19 +43,24 @@ def test_overrides_go_after_the_recipe_and_rename_the_experiment(tmp_path, monke
     # a rerun with other overrides, or on another number of ranks, does not reuse this run's checkpoint
     other_lr = quickstart.experiment_name(method, tmp_path, 2, 3, ("actor_rollout_ref.actor.optim.lr=2e-5",), one_rank)
     assert other_lr not in (plain, env["EXPERIMENT_NAME"])
-    assert quickstart.experiment_name(method, tmp_path, 2, 3, overrides, {"GPUS_PER_NODE": "2"}) != env["EXPERIMENT_NAME"]
+    assert (
+        quickstart.experiment_name(method, tmp_path, 2, 3, overrides, {"GPUS_PER_NODE": "2"}) != env["EXPERIMENT_NAME"]
+    )
 
 
 def test_a_run_is_named_by_its_composed_config(tmp_path, monkeypatch):
-    """The name's digest is that of the composed config (dfpo.run_identity) and the task's version:
+    """The name's digest is that of the composed config (dfpo.launch.run_identity) and the task's version:
     what changes a composed value renames the run, what does not leaves the name alone."""
     import shutil
 
-    from dfpo import run_identity
+    from dfpo.launch import run_identity
 
     method = quickstart.METHODS[0]
     name = quickstart.experiment_name(method, tmp_path, 10, 1)
-    assert name.startswith("quickstart-dfpo_min_replace-10steps-seed1-") and quickstart.experiment_name(method, tmp_path, 10, 1) == name
+    assert (
+        name.startswith("quickstart-dfpo_min_replace-10steps-seed1-")
+        and quickstart.experiment_name(method, tmp_path, 10, 1) == name
+    )
     # a knob exported in the caller's environment reaches the recipe, so it renames the run
     monkeypatch.setenv("LR", "2e-3")
     assert quickstart.experiment_name(method, tmp_path, 10, 1) != name
@@ -64,18 +74,24 @@ def test_a_run_is_named_by_its_composed_config(tmp_path, monkeypatch):
     assert quickstart.experiment_name(method, tmp_path, 10, 1) != name
     monkeypatch.undo()
     config = tmp_path / "config"
-    shutil.copytree(run_identity.DFPO_CONFIG_DIR, config)
+    shutil.copytree(run_identity.CONFIG_DIR, config)
     method_file = config / "method" / "dfpo_min_replace.yaml"
     method_file.write_text(method_file.read_text().replace("dfpo_scope: all", "dfpo_scope: shared_prefix"))
-    monkeypatch.setattr(run_identity, "DFPO_CONFIG_DIR", config)
+    monkeypatch.setattr(run_identity, "CONFIG_DIR", config)
     assert quickstart.experiment_name(method, tmp_path, 10, 1) != name
 
 
 def test_the_digest_leaves_out_only_the_runs_name_and_launch_time():
-    from dfpo.run_identity import config_digest
+    from dfpo.launch.run_identity import config_digest
 
-    launch = ["trainer.experiment_name='run-a'", "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH='/o/run-a.20261205T101010Z.jsonl'"]
-    again = ["trainer.experiment_name='run-b'", "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH='/o/run-b.20261206T090000Z.jsonl'"]
+    launch = [
+        "trainer.experiment_name='run-a'",
+        "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH='/o/run-a.20261205T101010Z.jsonl'",
+    ]
+    again = [
+        "trainer.experiment_name='run-b'",
+        "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH='/o/run-b.20261206T090000Z.jsonl'",
+    ]
     assert config_digest(launch, "run-a") == config_digest(again, "run-b")
     assert config_digest(launch, "run-a") != config_digest([*launch, "data.seed=2"], "run-a")
     assert config_digest(launch, "run-a") != config_digest(launch, "run-a", extra=("task-v2",))
@@ -84,7 +100,9 @@ def test_the_digest_leaves_out_only_the_runs_name_and_launch_time():
     there = [o.replace("/out/a", "/data/b") for o in here]
     assert config_digest(here, "run-a", output_root="/out/a") == config_digest(there, "run-a", output_root="/data/b/")
     assert config_digest(here, "run-a") != config_digest(there, "run-a")
-    assert config_digest(here, "run-a", output_root="/out/a") != config_digest([*here, "data.seed=2"], "run-a", output_root="/out/a")
+    assert config_digest(here, "run-a", output_root="/out/a") != config_digest(
+        [*here, "data.seed=2"], "run-a", output_root="/out/a"
+    )
 
 
 def test_defaults_are_dfpo_alone_one_rank_and_k_8(monkeypatch):
@@ -120,10 +138,21 @@ def test_the_held_out_evaluation_is_verls_validation_at_the_evaluation_settings(
     """k samples per problem at temperature 0.6, no top-p/top-k cut (the report's sampling record
     says the same); the start is validated by the first run only."""
     knobs = quickstart.validation_knobs(8, validate_start=True)
-    assert knobs == {"VAL_N": "8", "VAL_TEMPERATURE": "0.6", "VAL_TOP_P": "1.0", "VAL_TOP_K": "-1", "VAL_BEFORE_TRAIN": "true"}
+    assert knobs == {
+        "VAL_N": "8",
+        "VAL_TEMPERATURE": "0.6",
+        "VAL_TOP_P": "1.0",
+        "VAL_TOP_K": "-1",
+        "VAL_BEFORE_TRAIN": "true",
+    }
     assert quickstart.validation_knobs(8, validate_start=False)["VAL_BEFORE_TRAIN"] == "false"
     sampling = quickstart.EVAL_SAMPLING
-    assert (sampling.temperature, sampling.top_p, sampling.top_k, sampling.max_new_tokens) == (0.6, 1.0, None, quickstart.MAX_NEW_TOKENS)
+    assert (sampling.temperature, sampling.top_p, sampling.top_k, sampling.max_new_tokens) == (
+        0.6,
+        1.0,
+        None,
+        quickstart.MAX_NEW_TOKENS,
+    )
     from omegaconf import OmegaConf
 
     recipe = OmegaConf.load(quickstart.REPO_ROOT / "dfpo" / "config" / "base_model" / "smollm2_135m_cpu.yaml")
@@ -142,7 +171,9 @@ def test_adding_gspo_in_the_output_root_of_the_default_run_reuses_dfpos_run(tmp_
         raise quickstart.StageFailed("stop after the launch")
 
     monkeypatch.setattr(quickstart, "run_logged", fake_run_logged)
-    monkeypatch.setattr(quickstart, "prepare_pretrained", lambda root, log: (tmp_path / "model", None, tmp_path / "test.parquet"))
+    monkeypatch.setattr(
+        quickstart, "prepare_pretrained", lambda root, log: (tmp_path / "model", None, tmp_path / "test.parquet")
+    )
     precision = quickstart.Precision.resolve("fp32", "float32")
     with pytest.raises(quickstart.StageFailed):
         quickstart.run(tmp_path, 10, 1, 8, 1, precision)  # the default: DFPO alone
@@ -150,7 +181,9 @@ def test_adding_gspo_in_the_output_root_of_the_default_run_reuses_dfpos_run(tmp_
     both = tuple(quickstart.METHODS)
     with pytest.raises(quickstart.StageFailed):
         quickstart.run(tmp_path, 10, 1, 8, 1, precision, (), both)
-    assert launches[1]["EXPERIMENT_NAME"] == default_dfpo["EXPERIMENT_NAME"] and default_dfpo["VAL_BEFORE_TRAIN"] == "true"
+    assert (
+        launches[1]["EXPERIMENT_NAME"] == default_dfpo["EXPERIMENT_NAME"] and default_dfpo["VAL_BEFORE_TRAIN"] == "true"
+    )
     # the default run finished: its final checkpoint is there, so only GSPO launches
     checkpoints = tmp_path / "checkpoints" / "dfpo" / default_dfpo["EXPERIMENT_NAME"]
     checkpoints.mkdir(parents=True)

@@ -6,15 +6,16 @@ import argparse
 
 import pytest
 
-from dfpo.benchmark_record import REPO_ROOT
-from tests.script_modules import load_script
+from tests.script_modules import REPO_ROOT, load_script
 
 
 def _study():
     return load_script("study_quickstart_seeds")
 
 
-@pytest.mark.parametrize("text, seeds", [("1-5", [1, 2, 3, 4, 5]), ("3", [3]), ("1,3,7", [1, 3, 7]), ("1-3,2,9", [1, 2, 3, 9])])
+@pytest.mark.parametrize(
+    "text, seeds", [("1-5", [1, 2, 3, 4, 5]), ("3", [3]), ("1,3,7", [1, 3, 7]), ("1-3,2,9", [1, 2, 3, 9])]
+)
 def test_seeds_are_ranges_and_lists(text, seeds):
     assert _study().parse_seeds(text) == seeds
 
@@ -26,7 +27,10 @@ def test_bad_seeds_are_refused_naming_the_part(text):
 
 
 def _run(seed, start, dfpo, low, met):
-    held_out = {"start": {"avg@k": start, "ci95": [start - 0.03, start + 0.03]}, "dfpo_min_replace": {"avg@k": dfpo, "ci95": [low, dfpo + 0.1]}}
+    held_out = {
+        "start": {"avg@k": start, "ci95": [start - 0.03, start + 0.03]},
+        "dfpo_min_replace": {"avg@k": dfpo, "ci95": [low, dfpo + 0.1]},
+    }
     held_out.update(dfpo_gain=dfpo - start, target_met=met)
     return {"seed": seed, "quickstart": {"held_out": held_out}}
 
@@ -45,8 +49,12 @@ def test_the_memory_sampler_sees_a_child_process_allocate(tmp_path):
     import subprocess
     import sys
 
-    code = "import time, sys; block = bytearray(300 * 2**20); block[::4096] = b'x' * len(block[::4096]); time.sleep(2.5)"
-    parent = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', {code!r}])"])
+    code = (
+        "import time, sys; block = bytearray(300 * 2**20); block[::4096] = b'x' * len(block[::4096]); time.sleep(2.5)"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', {code!r}])"]
+    )
     with _study().MemorySampler(parent.pid, interval=0.2) as memory:
         parent.wait()
     record = memory.record()
@@ -64,7 +72,7 @@ def test_the_learning_bar_is_set_from_the_seed_study():
     or a study at other settings, fails here."""
     import json
 
-    from dfpo.quickstart import DEFAULT_K, DEFAULT_STEPS
+    from quickstart.pipeline import DEFAULT_K, DEFAULT_STEPS
     from tests.e2e import test_quickstart_cpu as learning
 
     study = json.loads((REPO_ROOT / "benchmarks" / "results" / learning.LEARNING_STUDY).read_text())
@@ -76,7 +84,10 @@ def test_the_learning_bar_is_set_from_the_seed_study():
         assert set(quickstart["training_seconds"]) == {"dfpo_min_replace"}, run["seed"]
     summary = study["summary"]
     assert learning.MIN_GAIN <= summary["min_dfpo_gain"] / 2, (learning.MIN_GAIN, summary["min_dfpo_gain"])
-    half_widths = [(r["quickstart"]["held_out"]["start"]["ci95"][1] - r["quickstart"]["held_out"]["start"]["ci95"][0]) / 2 for r in runs]
+    half_widths = [
+        (r["quickstart"]["held_out"]["start"]["ci95"][1] - r["quickstart"]["held_out"]["start"]["ci95"][0]) / 2
+        for r in runs
+    ]
     assert learning.MIN_GAIN >= 3 * max(half_widths), (learning.MIN_GAIN, half_widths)
     every_seed_met = len(summary["target_met_seeds"]) == len(runs)
     assert learning.TARGET_MET_IN_EVERY_SEED == every_seed_met, summary["target_met_seeds"]

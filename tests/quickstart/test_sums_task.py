@@ -6,11 +6,11 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from cpu_examples import sums_task
 from data_prep.math import DEMONSTRATION_DROP_REASON
 from data_prep.math import main as data_prep_math
 from data_prep.math_prompts import BOXED_SUFFIX
 from data_prep.schema import validate_parquet_file
-from dfpo.examples import sums_task
 from reward.score import compute_score
 
 
@@ -59,7 +59,7 @@ def test_data_prep_writes_the_demonstration_turn_and_reward_scores_it(tmp_path):
 
 
 def test_an_output_root_from_another_version_of_the_task_is_rebuilt(tmp_path):
-    from dfpo.examples.prepare import data_dir, prepare_parquet_if_stale
+    from cpu_examples.prepare import data_dir, prepare_parquet_if_stale
 
     directory = data_dir(tmp_path)
     assert not sums_task.is_current(directory)
@@ -83,11 +83,27 @@ def test_an_output_root_from_another_version_of_the_task_is_rebuilt(tmp_path):
 
 def test_data_prep_drops_the_demonstration_problem_itself(tmp_path):
     raw = tmp_path / "raw.jsonl"
-    raw.write_text('{"problem": "What is 2 + 5?", "answer": "7", "id": "a"}\n{"problem": "What is 1 + 1?", "answer": "2", "id": "b"}\n')
+    raw.write_text(
+        '{"problem": "What is 2 + 5?", "answer": "7", "id": "a"}\n{"problem": "What is 1 + 1?", "answer": "2", "id": "b"}\n'
+    )
     summary = tmp_path / "summary.json"
     output = tmp_path / "out.parquet"
-    assert data_prep_math(["--input", f"digit_sums={raw}", "--output", str(output), "--demonstration", "What is 2 + 5?", "7",
-                           "--summary-json", str(summary)]) == 0
+    assert (
+        data_prep_math(
+            [
+                "--input",
+                f"digit_sums={raw}",
+                "--output",
+                str(output),
+                "--demonstration",
+                "What is 2 + 5?",
+                "7",
+                "--summary-json",
+                str(summary),
+            ]
+        )
+        == 0
+    )
     assert [r["extra_info"]["problem"] for r in pd.read_parquet(output).to_dict(orient="records")] == ["What is 1 + 1?"]
     assert DEMONSTRATION_DROP_REASON in summary.read_text()
 
@@ -95,7 +111,12 @@ def test_data_prep_drops_the_demonstration_problem_itself(tmp_path):
 def test_data_prep_refuses_an_empty_demonstration(tmp_path, capsys):
     raw = tmp_path / "raw.jsonl"
     raw.write_text('{"problem": "What is 1 + 1?", "answer": "2", "id": "b"}\n')
-    assert data_prep_math(["--input", f"digit_sums={raw}", "--output", str(tmp_path / "o.parquet"), "--demonstration", " ", "7"]) == 2
+    assert (
+        data_prep_math(
+            ["--input", f"digit_sums={raw}", "--output", str(tmp_path / "o.parquet"), "--demonstration", " ", "7"]
+        )
+        == 2
+    )
     assert "--demonstration needs a non-empty problem and answer" in capsys.readouterr().err
 
 
@@ -112,8 +133,22 @@ def test_the_bare_template_is_the_problem_alone_and_scores_like_boxed(tmp_path):
     raw = tmp_path / "raw.jsonl"
     raw.write_text('{"problem": "What is 1 + 1?", "answer": "2", "id": "b"}\n')
     output = tmp_path / "bare.parquet"
-    assert data_prep_math(["--input", f"digit_sums={raw}", "--output", str(output), "--template", "bare",
-                           "--demonstration", "What is 2 + 5?", "7"]) == 0
+    assert (
+        data_prep_math(
+            [
+                "--input",
+                f"digit_sums={raw}",
+                "--output",
+                str(output),
+                "--template",
+                "bare",
+                "--demonstration",
+                "What is 2 + 5?",
+                "7",
+            ]
+        )
+        == 0
+    )
     (row,) = pd.read_parquet(output).to_dict(orient="records")
     assert [m["content"] for m in row["prompt"]] == ["What is 2 + 5?", "\\boxed{7}", "What is 1 + 1?"]
     assert compute_score(row["data_source"], "\\boxed{2}", row["reward_model"]["ground_truth"])["score"] == 1.0

@@ -1,7 +1,7 @@
 """The commands the recipes would run, and the configs they compose, read in-process.
 
 A run script is one line, ``dfpo_launch METHOD MODEL "$@"``: its command is
-:func:`dfpo.recipe.recipe_command` of that method and model, which these helpers call directly
+:func:`dfpo.launch.recipe.recipe_command` of that method and model, which these helpers call directly
 (the shell path itself is tested where it matters: tests/recipes/test_recipes_launcher.py). A
 script that loops (the group-size sweep) runs in DRY_RUN mode. Every recipe sees a clean
 environment (only PATH, a fake HOME and what the test sets), so a variable exported in the
@@ -174,11 +174,22 @@ def dry_run(script: str | Path, *args: str, **variables: str | None) -> list[Rec
     """The commands ``script`` would run; fails with the recipe's error when it refuses."""
     launch = launch_of(script)
     if launch is not None:
-        from dfpo.recipe import RecipeError, recipe_command
+        from dfpo.launch.recipe import RecipeError, recipe_command
 
         path = Path(script) if Path(script).is_absolute() else RECIPES_DIR / script
         try:
-            return [RecipeCommand(tuple(recipe_command(*launch, list(args), recipe_env(**variables), via=str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path))))]
+            return [
+                RecipeCommand(
+                    tuple(
+                        recipe_command(
+                            *launch,
+                            list(args),
+                            recipe_env(**variables),
+                            via=str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path),
+                        )
+                    )
+                )
+            ]
         except RecipeError as error:
             raise AssertionError(f"{script} refused in DRY_RUN mode:\n{error}") from None
     result = run_recipe(script, *args, env=recipe_env(**variables))
@@ -202,26 +213,30 @@ def composed_config(script: str):
     return resolved_config(default_command(script).overrides)
 
 
-def preflight_says(script: str, *args: str, environ: dict[str, str] | None = None, **variables: str | None) -> list[str]:
+def preflight_says(
+    script: str, *args: str, environ: dict[str, str] | None = None, **variables: str | None
+) -> list[str]:
     """What ``python -m dfpo.main`` says before Ray for the command ``script`` prints under
-    ``variables`` (its config composed in-process and :func:`dfpo.preflight.preflight` run on it,
+    ``variables`` (its config composed in-process and :func:`dfpo.launch.preflight.preflight` run on it,
     with ``environ`` as the launch's environment); a refused config raises PreflightError. Without
     ``environ`` the environment says ALLOW_LOCAL_CHECKPOINTS=1: the recipes' OUTPUT_ROOT is on this
     machine's disk, and only the tests of checkpoint storage are about it."""
-    from dfpo.preflight import preflight
+    from dfpo.launch.preflight import preflight
 
     (command,) = dry_run(script, *args, **variables)
     cfg = resolved_config(command.overrides)
     said: list[str] = []
-    preflight(cfg, say=said.append, environ={"ALLOW_LOCAL_CHECKPOINTS": "1"} if environ is None else environ, files=False)
+    preflight(
+        cfg, say=said.append, environ={"ALLOW_LOCAL_CHECKPOINTS": "1"} if environ is None else environ, files=False
+    )
     return said
 
 
 def resolved_config(overrides: list[str]):
     """The config ``python -m dfpo.main overrides`` runs: composed and resolved as its driver does
-    (dfpo.driver.resolve), on this machine, with the recipes' test HOME (``${oc.env:HOME}``)."""
-    from dfpo.driver import resolve
-    from dfpo.hydra_config import compose_trainer_config
+    (dfpo.launch.driver_setup.resolve), on this machine, with the recipes' test HOME (``${oc.env:HOME}``)."""
+    from dfpo.launch.compose import compose_trainer_config
+    from dfpo.launch.driver_setup import resolve
 
     cfg = compose_trainer_config(overrides, config_name="dfpo_trainer")
     with recipe_home():

@@ -1,4 +1,4 @@
-"""What each recipe must select, written down independently of dfpo/config and dfpo/recipe.py.
+"""What each recipe must select, written down independently of dfpo/config and dfpo/launch/recipe.py.
 
 Methods follow docs/method.md §4 (baselines) and §3 (DFPO and its ablations); models are the paper's
 three. A recipe whose composed config disagrees with this table fails the tests.

@@ -1,10 +1,10 @@
 """scripts/gpu_smoke.sh: its GPU mode with stand-ins for the GPU-only steps, and its CPU mode
 (``--cpu``) for real.
 
-The stand-in interpreter answers ``-m dfpo.doctor``, ``-m dfpo.main`` (it writes the file log and
+The stand-in interpreter answers ``-m dfpo.launch.doctor``, ``-m dfpo.main`` (it writes the file log and
 checkpoint a 2-step run leaves, from the overrides the recipe really passed), ``-m
-verl.model_merger`` and ``-m dfpo.evaluation.generate``; everything else — the toy data through
-data_prep, ``python -m dfpo.run_checks`` on the log, the recipe and its launcher — runs for real.
+verl.model_merger`` and ``-m evaluation.generate``; everything else — the toy data through
+data_prep, ``python -m dfpo.operations.run_checks`` on the log, the recipe and its launcher — runs for real.
 The GPU mode's 2-step training launch also runs, with those exact arguments, through the real
 ``python -m dfpo.main`` as far as a machine without a GPU lets it: to the NCCL process group.
 The last test runs ``bash scripts/gpu_smoke.sh --cpu`` with nothing stood in: the doctor, the
@@ -21,9 +21,9 @@ import sys
 
 import pytest
 
-from dfpo.evaluation.run_store import read_manifest, read_samples
-from dfpo.run_checks import check_run
-from dfpo.verl_logs import read_file_log
+from dfpo.operations.run_checks import check_run
+from dfpo.operations.training_logs import read_file_log
+from evaluation.run_store import read_manifest, read_samples
 from tests.recipes.recipe_commands import REPO_ROOT
 
 STAGES = ("environment", "toy data", "train DFPO 2 steps", "bypass mode", "merge", "evaluate 2 problems")
@@ -32,10 +32,10 @@ FAKE_PYTHON = """#!/usr/bin/env bash
 echo "$*" >> "$FAKE_CALLS"
 case "$1 $2" in
     "-c import importlib.metadata"*) exit 0 ;;  # the launcher's install check (tested in test_recipes_launcher.py)
-    "-m dfpo.doctor") echo "[  ok] stand-in doctor"; exit "${FAKE_DOCTOR_STATUS:-0}" ;;
+    "-m dfpo.launch.doctor") echo "[  ok] stand-in doctor"; exit "${FAKE_DOCTOR_STATUS:-0}" ;;
     "-m dfpo.main") exec "$REAL_PYTHON" "$FAKE_MAIN" "${@:3}" ;;
     "-m verl.model_merger") mkdir -p "${@: -1}" && echo '{}' > "${@: -1}/config.json"; exit 0 ;;
-    "-m dfpo.evaluation.generate")
+    "-m evaluation.generate")
         while [[ $# -gt 0 && "$1" != --output-dir ]]; do shift; done
         mkdir -p "$2" && echo '{}' > "$2/summary.json"; exit "${FAKE_EVAL_STATUS:-0}" ;;
 esac
@@ -47,8 +47,8 @@ exec "$REAL_PYTHON" "$@"
 # the config dfpo.main composes and resolves from the launch's arguments.
 FAKE_MAIN = """
 import json, os, sys
-from dfpo.driver import resolve
-from dfpo.hydra_config import compose_trainer_config
+from dfpo.launch.driver_setup import resolve
+from dfpo.launch.compose import compose_trainer_config
 with open(os.environ["FAKE_MAIN_ARGV"], "a") as record:  # each launch's exact argument list
     record.write(json.dumps(sys.argv[1:]) + "\\n")
 cfg = compose_trainer_config(sys.argv[1:], config_name="dfpo_trainer")  # what dfpo.main would run
@@ -127,17 +127,19 @@ def test_gpu_smoke_runs_every_stage_and_passes(default_run):
         line = next(line for line in summary.splitlines() if stage in line)
         assert " PASS " in line, line
     calls = (tmp_path / "calls.txt").read_text().splitlines()
-    assert calls[0] == "-m dfpo.doctor"  # the GPU stack's checks
+    assert calls[0] == "-m dfpo.launch.doctor"  # the GPU stack's checks
     trains = [c for c in calls if c.startswith("-m dfpo.main")]
     assert len(trains) == 2 and "algorithm.rollout_correction.bypass_mode=true" in trains[1]
-    assert "trainer.total_training_steps=2" in trains[0] and "base_model=qwen3_0p6b" in trains[0]  # rollout.name=vllm: the recipes' default
+    assert (
+        "trainer.total_training_steps=2" in trains[0] and "base_model=qwen3_0p6b" in trains[0]
+    )  # rollout.name=vllm: the recipes' default
     assert "PASS  old log-probs recomputed" in result.stdout and "PASS  old log-probs rollout" in result.stdout
     # the 2-step run measures each update's KL and is checked for a rollout an update behind
     assert "actor_rollout_ref.actor.policy_loss.dfpo_measure_update_kl=true" in trains[0]
     assert "dfpo_measure_update_kl" not in trains[1]
     assert "actor_rollout_ref.actor.optim.lr=1e-4" in trains[0]  # SMOKE_LR: an update large enough to check the sync
     assert result.stdout.count("PASS  weights reached the rollout") == 1
-    evaluate = next(c for c in calls if c.startswith("-m dfpo.evaluation.generate"))
+    evaluate = next(c for c in calls if c.startswith("-m evaluation.generate"))
     assert "--backend vllm" in evaluate and "--limit 2" in evaluate and f"--model {tmp_path}/smoke/merged" in evaluate
     # the real toy data, from data_prep
     assert (tmp_path / "smoke" / "data" / "arithmetic_train.parquet").is_file()
@@ -151,7 +153,7 @@ def test_gpu_smoke_gpu_mode_commands_compose_in_verl_and_every_key_is_read(defau
     and DFPO's loss config, and set only keys verl reads on the path that runs."""
     from verl.utils.config import omega_conf_to_dataclass
 
-    from dfpo.hydra_config import compose_trainer_config
+    from dfpo.launch.compose import compose_trainer_config
     from tests.recipes.recipe_commands import keys_set
     from tests.recipes.verl_readers import reader_of, running_reader
 
@@ -165,10 +167,22 @@ def test_gpu_smoke_gpu_mode_commands_compose_in_verl_and_every_key_is_read(defau
         actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
         assert actor.policy_loss.loss_mode == "dfpo" and actor.optim.lr == pytest.approx(1e-4)
         for key in keys_set(overrides):
-            assert reader_of(key) is not None, f"gpu_smoke sets {key}, which nothing on verl 0.9.1's V1 engine path reads"
-            assert running_reader(key, cfg) is not None, f"gpu_smoke sets {key}, read only under a condition that is off"
-    update_kl = [launch for launch in launches if "actor_rollout_ref.actor.policy_loss.dfpo_measure_update_kl=true" in launch]
-    assert len(update_kl) == 1 and compose_trainer_config(update_kl[0], config_name="dfpo_trainer").actor_rollout_ref.actor.policy_loss.dfpo_measure_update_kl is True
+            assert reader_of(key) is not None, (
+                f"gpu_smoke sets {key}, which nothing on verl 0.9.1's V1 engine path reads"
+            )
+            assert running_reader(key, cfg) is not None, (
+                f"gpu_smoke sets {key}, read only under a condition that is off"
+            )
+    update_kl = [
+        launch for launch in launches if "actor_rollout_ref.actor.policy_loss.dfpo_measure_update_kl=true" in launch
+    ]
+    assert (
+        len(update_kl) == 1
+        and compose_trainer_config(
+            update_kl[0], config_name="dfpo_trainer"
+        ).actor_rollout_ref.actor.policy_loss.dfpo_measure_update_kl
+        is True
+    )
     bypass = compose_trainer_config(launches[1], config_name="dfpo_trainer")
     assert bypass.algorithm.rollout_correction.bypass_mode is True
 
@@ -182,23 +196,31 @@ def test_gpu_smoke_gpu_mode_training_launch_runs_for_real_until_cuda_is_needed(d
     TaskRunner and trainer, the tokenizer and both datasets, the worker group on device ``cuda`` and
     DFPO's worker's ``init_model`` all run, and the launch stops only where CUDA is first needed:
     NCCL's process group. The model is a tiny Qwen3 in Qwen3-0.6B's place (about 90 s on 2 cores)."""
-    from dfpo.examples.tiny_model import TinyModelSpec, build_char_tokenizer, save_untrained_model
+    from cpu_examples.tiny_model import TinyModelSpec, build_char_tokenizer, save_untrained_model
     from tests.e2e.recipe_runs import run_command
 
     tmp_path, result = default_run
     assert result.returncode == 0
     launch = json.loads((tmp_path / "main_argv.jsonl").read_text().splitlines()[0])
-    assert f"actor_rollout_ref.model.path='{tmp_path}/Qwen3-0.6B'" in launch and "base_model=qwen3_0p6b" in launch  # one GPU: the model file's
+    assert (
+        f"actor_rollout_ref.model.path='{tmp_path}/Qwen3-0.6B'" in launch and "base_model=qwen3_0p6b" in launch
+    )  # one GPU: the model file's
     save_untrained_model(tmp_path / "Qwen3-0.6B", TinyModelSpec(), build_char_tokenizer())
     logical_gpu = ["+ray_kwargs.ray_init.num_gpus=1", "ray_kwargs.ray_init.num_cpus=16"]
     # the GPU path: no CPU backend (VERL_PLATFORM unset), a Ray instance of its own
-    result = run_command([sys.executable, "-m", "dfpo.main", *launch, *logical_gpu], {"VERL_PLATFORM": "", "RAY_ADDRESS": ""}, timeout_s=600)
+    result = run_command(
+        [sys.executable, "-m", "dfpo.main", *launch, *logical_gpu],
+        {"VERL_PLATFORM": "", "RAY_ADDRESS": ""},
+        timeout_s=600,
+    )
     output = result.output
     assert result.returncode != 0, output[-3000:]
     assert "[validate_config] All configuration checks passed successfully!" in output
-    assert re.search(r"train and validate dataloader initialized, train dataset size: \d+, val dataset size: \d+", output), output[-3000:]
+    assert re.search(
+        r"train and validate dataloader initialized, train dataset size: \d+, val dataset size: \d+", output
+    ), output[-3000:]
     assert "worker group kwargs: {'device_name': 'cuda'}" in output, output[-3000:]
-    assert re.search(r'dfpo/workers\.py", line \d+, in init_model', output), output[-3000:]
+    assert re.search(r'dfpo/verl/workers\.py", line \d+, in init_model', output), output[-3000:]
     assert "ProcessGroupNCCL is only supported with GPUs, no GPUs found!" in output, output[-3000:]
 
 
@@ -229,16 +251,18 @@ def test_gpu_smoke_cpu_mode_passes_the_cpu_recipe_the_vllm_rollout_and_cpu_setti
     for stage in STAGES:
         assert " PASS " in next(line for line in summary.splitlines() if stage in line)
     calls = (tmp_path / "calls.txt").read_text().splitlines()
-    assert calls[0] == "-m dfpo.doctor --stack cpu"
-    assert any(c.startswith("-m dfpo.examples.prepare --output-root") for c in calls)  # the tiny model and the data
+    assert calls[0] == "-m dfpo.launch.doctor --stack cpu"
+    assert any(c.startswith("-m cpu_examples.prepare --output-root") for c in calls)  # the tiny model and the data
     trains = [c for c in calls if c.startswith("-m dfpo.main")]
     assert len(trains) == 2 and "algorithm.rollout_correction.bypass_mode=true" in trains[1]
     model = f"actor_rollout_ref.model.path={tmp_path}/smoke/models/tiny_qwen3_cpu"
     for train, ranks in zip(trains, (2, 1), strict=True):  # the bypass step on one rank whatever GPUS_PER_NODE says
-        assert "actor_rollout_ref.rollout.name='vllm'" in train and "base_model=tiny_cpu" in train  # trainer.device=cpu: platform/cpu.yaml
+        assert (
+            "actor_rollout_ref.rollout.name='vllm'" in train and "base_model=tiny_cpu" in train
+        )  # trainer.device=cpu: platform/cpu.yaml
         assert f"trainer.n_gpus_per_node={ranks}" in train and model in train.replace("'", "")
     assert "PASS  rollout log-probs match the actor's (fp32 bound" in result.stdout
-    evaluate = next(c for c in calls if c.startswith("-m dfpo.evaluation.generate"))
+    evaluate = next(c for c in calls if c.startswith("-m evaluation.generate"))
     assert "--backend vllm" in evaluate and "--enforce-eager" in evaluate and "--dtype float32" in evaluate
     assert "--gpu-memory-utilization" not in evaluate and f"--model {tmp_path}/smoke/merged" in evaluate
     assert (tmp_path / "smoke" / "models" / "tiny_qwen3_cpu" / "config.json").is_file()
@@ -262,15 +286,25 @@ def test_gpu_smoke_cpu_mode_runs_every_stage_for_real(cpu_smoke_run):
     manifest = read_manifest(output_root / "eval")
     assert manifest["model"] == str((output_root / "merged").resolve())
     backend = manifest["backend"]
-    assert (backend["name"], backend["device"], backend["enforce_eager"], backend["dtype"]) == ("vllm", "cpu", True, "float32")
+    assert (backend["name"], backend["device"], backend["enforce_eager"], backend["dtype"]) == (
+        "vllm",
+        "cpu",
+        True,
+        "float32",
+    )
     records = read_samples(output_root / "eval")
     assert len(records) == 4 and all(r["reason"] and r["num_tokens"] > 0 for r in records)
 
 
 def test_run_checks_fail_a_run_that_trained_no_steps_or_skipped_the_recompute(tmp_path):
     log = tmp_path / "run.jsonl"
-    data = {"critic/score/mean": 0.5, "actor/grad_norm": 1.0, "actor/dfpo/shared_token_grad_residual": 3e-8, "actor/dfpo/shared_token_grad_eps": 1.1920928955078125e-07,
-            "actor/dfpo/old_log_probs_recomputed": 0.0}
+    data = {
+        "critic/score/mean": 0.5,
+        "actor/grad_norm": 1.0,
+        "actor/dfpo/shared_token_grad_residual": 3e-8,
+        "actor/dfpo/shared_token_grad_eps": 1.1920928955078125e-07,
+        "actor/dfpo/old_log_probs_recomputed": 0.0,
+    }
     log.write_text(json.dumps({"step": 1, "data": data}) + "\n")
     results = dict((text.split(":")[0], ok) for ok, text in check_run(read_file_log(log), 2, True, "recomputed"))
     assert results["steps 1..2 logged (found [1])"] is False

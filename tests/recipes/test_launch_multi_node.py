@@ -6,7 +6,6 @@ scontrol. The real 2-node Ray cluster is tests/e2e/test_multi_node_cpu.py."""
 from __future__ import annotations
 
 import copy
-
 import json
 import os
 import re
@@ -22,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from dfpo.preflight import PreflightError
+from dfpo.launch.preflight import PreflightError
 from tests.recipes.recipe_commands import REPO_ROOT, dry_run, preflight_says
 
 SCRIPT = "run_dfpo_min_replace_qwen3_32b.sh"
@@ -54,7 +53,9 @@ def _token(home, mode=0o600):
 
 
 def test_ray_job_submit_sends_the_recipe_and_the_exported_knobs(tmp_path):
-    _stand_in(tmp_path, "ray", 'printf "%s\\n" "$@" > "$FAKE_RAY_ARGS"\necho "$RAY_AUTH_MODE" > "$FAKE_RAY_ARGS.auth"\n')
+    _stand_in(
+        tmp_path, "ray", 'printf "%s\\n" "$@" > "$FAKE_RAY_ARGS"\necho "$RAY_AUTH_MODE" > "$FAKE_RAY_ARGS.auth"\n'
+    )
     _token(tmp_path)
     env = {
         "PATH": f"{tmp_path}:/usr/bin:/bin",
@@ -78,7 +79,11 @@ def test_ray_job_submit_sends_the_recipe_and_the_exported_knobs(tmp_path):
     args = (tmp_path / "ray_args.txt").read_text().splitlines()
     assert args[:4] == ["job", "submit", "--address=http://head:8265", "--submission-id=dfpo-test-1"]
     runtime_env = json.loads(next(a for a in args if a.startswith("--runtime-env-json=")).split("=", 1)[1])
-    assert runtime_env["env_vars"] == {"MODEL_PATH": "/shared/models/Qwen3-32B", "SEED": "3", "TRAINER_MODE": "colocate_async"}
+    assert runtime_env["env_vars"] == {
+        "MODEL_PATH": "/shared/models/Qwen3-32B",
+        "SEED": "3",
+        "TRAINER_MODE": "colocate_async",
+    }
     entrypoint = args[args.index("--") + 1 :]
     assert entrypoint[:2] == ["bash", "-c"]
     assert entrypoint[2] == f"cd {REPO_ROOT} && bash {REPO_ROOT}/recipes/{SCRIPT} trainer.total_training_steps=5"
@@ -89,22 +94,40 @@ def test_ray_job_submit_sends_the_recipe_and_the_exported_knobs(tmp_path):
 
 
 def test_ray_job_submit_forwards_every_knob_the_recipes_read(tmp_path):
-    """Every variable the recipes read (dfpo/recipe_knobs.py, the launcher's one list, and every
-    knob that dfpo/recipe.py reads itself) and those the driver reads, exported here, reach the job."""
-    from dfpo.node_watch import PERIOD_ENV
-    from dfpo.preemption import GRACE_ENV
-    from dfpo.recipe_knobs import JOB_ENVIRONMENT, names
+    """Every variable the recipes read (dfpo/launch/recipe_knobs.py, the launcher's one list, and every
+    knob that dfpo/launch/recipe.py reads itself) and those the driver reads, exported here, reach the job."""
+    from dfpo.launch.recipe_knobs import JOB_ENVIRONMENT, names
+    from dfpo.operations.node_watch import PERIOD_ENV
+    from dfpo.operations.preemption import GRACE_ENV
 
-    recipe_source = (REPO_ROOT / "dfpo" / "recipe.py").read_text() + (REPO_ROOT / "recipes" / "common.sh").read_text()
-    read_by_launcher = set(re.findall(r'environ(?:\.get\(|\[)"([A-Z][A-Z0-9_]*)"', recipe_source)) | set(re.findall(r"\$\{([A-Z][A-Z0-9_]*)", recipe_source))
+    recipe_source = (REPO_ROOT / "dfpo" / "launch" / "recipe.py").read_text() + (
+        REPO_ROOT / "recipes" / "common.sh"
+    ).read_text()
+    read_by_launcher = set(re.findall(r'environ(?:\.get\(|\[)"([A-Z][A-Z0-9_]*)"', recipe_source)) | set(
+        re.findall(r"\$\{([A-Z][A-Z0-9_]*)", recipe_source)
+    )
     assert read_by_launcher - {"HOME", "BASH_SOURCE"} <= set(names()), sorted(read_by_launcher - set(names()))
     _stand_in(tmp_path, "ray", 'printf "%s\\n" "$@" > "$FAKE_RAY_ARGS"\n')
     _token(tmp_path)
     exported = {name: f"value-of-{name}" for name in [*names(), *JOB_ENVIRONMENT, PERIOD_ENV, GRACE_ENV]}
-    assert {"GPU_MEMORY_GB", "REWARD_SANDBOX_ISOLATION", "REWARD_SANDBOX_UID_BASE", "REWARD_SANDBOX_ALLOW_WEAK"} <= set(exported)
-    env = {**exported, "PATH": f"{tmp_path}:/usr/bin:/bin", "HOME": str(tmp_path), "RAY_ADDRESS": "http://head:8265", "FAKE_RAY_ARGS": str(tmp_path / "args")}
+    assert {"GPU_MEMORY_GB", "REWARD_SANDBOX_ISOLATION", "REWARD_SANDBOX_UID_BASE", "REWARD_SANDBOX_ALLOW_WEAK"} <= set(
+        exported
+    )
+    env = {
+        **exported,
+        "PATH": f"{tmp_path}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "RAY_ADDRESS": "http://head:8265",
+        "FAKE_RAY_ARGS": str(tmp_path / "args"),
+    }
     env.pop("PYTHON")
-    result = subprocess.run(["bash", str(LAUNCH / "ray_job_submit.sh"), f"recipes/{SCRIPT}"], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    result = subprocess.run(
+        ["bash", str(LAUNCH / "ray_job_submit.sh"), f"recipes/{SCRIPT}"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     args = (tmp_path / "args").read_text().splitlines()
     runtime_env = json.loads(next(a for a in args if a.startswith("--runtime-env-json=")).split("=", 1)[1])
@@ -113,21 +136,45 @@ def test_ray_job_submit_forwards_every_knob_the_recipes_read(tmp_path):
 
 def test_ray_job_submit_needs_the_cluster_address():
     result = subprocess.run(
-        ["bash", str(LAUNCH / "ray_job_submit.sh"), f"recipes/{SCRIPT}"], cwd=REPO_ROOT, env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True
+        ["bash", str(LAUNCH / "ray_job_submit.sh"), f"recipes/{SCRIPT}"],
+        cwd=REPO_ROOT,
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
     )
     assert result.returncode != 0 and "RAY_ADDRESS" in result.stderr
 
 
 def test_ray_job_submit_names_the_missing_token_file(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RAY_ADDRESS": "http://head:8265"}
-    result = subprocess.run(["bash", str(LAUNCH / "ray_job_submit.sh"), f"recipes/{SCRIPT}"], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    result = subprocess.run(
+        ["bash", str(LAUNCH / "ray_job_submit.sh"), f"recipes/{SCRIPT}"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 1
-    assert f"no Ray token file at {tmp_path}/.ray/auth_token" in result.stderr and "RAY_AUTH_TOKEN_PATH" in result.stderr
+    assert (
+        f"no Ray token file at {tmp_path}/.ray/auth_token" in result.stderr and "RAY_AUTH_TOKEN_PATH" in result.stderr
+    )
 
 
 def _launcher(args, tmp_path, **env):
-    base = {"PATH": f"{tmp_path}:/usr/bin:/bin", "HOME": str(tmp_path), "RAY": str(tmp_path / "ray"), "DFPO_RAY_DIR": str(tmp_path / "node")}
-    return subprocess.run(["bash", str(LAUNCH / "ray_cluster.sh"), *args], cwd=REPO_ROOT, env={**base, **env}, capture_output=True, text=True, timeout=60)
+    base = {
+        "PATH": f"{tmp_path}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "RAY": str(tmp_path / "ray"),
+        "DFPO_RAY_DIR": str(tmp_path / "node"),
+    }
+    return subprocess.run(
+        ["bash", str(LAUNCH / "ray_cluster.sh"), *args],
+        cwd=REPO_ROOT,
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_launcher_token_is_created_private_and_never_printed(tmp_path):
@@ -170,15 +217,22 @@ def test_launcher_starts_ray_in_its_own_session_and_stops_only_that(tmp_path):
     )
     bystander = subprocess.Popen(["sleep", "60"])  # another Ray on the machine, say: left alone
     try:
-        started = _launcher(["head", "--num-cpus=4"], tmp_path, GPUS_PER_NODE="2", DFPO_RAY_NODE_IP="10.0.0.1", DFPO_RAY_PORT="7000")
+        started = _launcher(
+            ["head", "--num-cpus=4"], tmp_path, GPUS_PER_NODE="2", DFPO_RAY_NODE_IP="10.0.0.1", DFPO_RAY_PORT="7000"
+        )
         assert started.returncode == 0, started.stderr
         assert "bash scripts/launch/ray_cluster.sh worker 10.0.0.1:7000" in started.stdout
         assert "export RAY_ADDRESS=10.0.0.1:7000 RAY_AUTH_MODE=token" in started.stdout
         pid = int((tmp_path / "node" / "ray.pid").read_text())
         assert os.getsid(pid) == pid  # its own session: a closed terminal does not end it
         call = (tmp_path / "calls.txt").read_text()
-        assert call.startswith("start --head --port=7000 --dashboard-host=10.0.0.1 --dashboard-port=8265 --num-gpus=2 --node-ip-address=10.0.0.1")
-        assert "--num-cpus=4 --block" in call and f"RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH={tmp_path}/.ray/auth_token" in call
+        assert call.startswith(
+            "start --head --port=7000 --dashboard-host=10.0.0.1 --dashboard-port=8265 --num-gpus=2 --node-ip-address=10.0.0.1"
+        )
+        assert (
+            "--num-cpus=4 --block" in call
+            and f"RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH={tmp_path}/.ray/auth_token" in call
+        )
         again = _launcher(["head"], tmp_path)
         assert again.returncode == 1 and f"already running here (pid {pid}" in again.stderr
         stopped = _launcher(["stop"], tmp_path)
@@ -248,11 +302,15 @@ def test_slurm_script_starts_the_launcher_on_every_node_then_the_recipe_on_the_h
     assert result.returncode == 0, result.stderr
     calls = log.read_text().splitlines()
     starts = [c for c in calls if c.startswith("ray start")]
-    assert starts[0].startswith("ray start --head --port=6379 --dashboard-host=10.0.0.1 --dashboard-port=8265 --num-gpus=8 --node-ip-address=10.0.0.1")
+    assert starts[0].startswith(
+        "ray start --head --port=6379 --dashboard-host=10.0.0.1 --dashboard-port=8265 --num-gpus=8 --node-ip-address=10.0.0.1"
+    )
     assert starts[0].endswith("--block on gpu-a auth=token token_env=")
     workers = starts[1:]
     assert sorted(c.split(" on ")[1].split()[0] for c in workers) == ["gpu-b", "gpu-c"]
-    assert all(c.startswith("ray start --address=10.0.0.1:6379 --num-gpus=8") and "auth=token token_env=" in c for c in workers)
+    assert all(
+        c.startswith("ray start --address=10.0.0.1:6379 --num-gpus=8") and "auth=token token_env=" in c for c in workers
+    )
     token_file = tmp_path / ".ray" / "auth_token"
     assert oct(token_file.stat().st_mode & 0o777) == "0o600"
     recipe_line = f"recipe NNODES=3 GPUS_PER_NODE=8 RAY_ADDRESS=10.0.0.1:6379 RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH={token_file} trainer.save_freq=5"
@@ -265,17 +323,24 @@ def test_slurm_script_starts_the_launcher_on_every_node_then_the_recipe_on_the_h
 
 def test_slurm_passes_its_sigterm_to_the_recipe_and_exits_with_its_status(tmp_path):
     """sbatch --signal=B:TERM@360 signals the batch shell only: it passes SIGTERM on to the recipe
-    (the driver: dfpo.preemption stops after the step in flight) and exits with the recipe's status
+    (the driver: dfpo.operations.preemption stops after the step in flight) and exits with the recipe's status
     (75: relaunch to resume)."""
     log = tmp_path / "calls.txt"
     env = _slurm_stand_ins(tmp_path, log)
     recipe = tmp_path / "recipe.sh"
     recipe.write_text(
-        f'trap \'echo "recipe got TERM" >> {log}; exit 75\' TERM\n'
+        f"trap 'echo \"recipe got TERM\" >> {log}; exit 75' TERM\n"
         f'echo "recipe up" >> {log}\n'
         "while true; do sleep 0.1; done\n"
     )
-    job = subprocess.Popen(["bash", str(LAUNCH / "slurm_dfpo.sbatch"), str(recipe)], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    job = subprocess.Popen(
+        ["bash", str(LAUNCH / "slurm_dfpo.sbatch"), str(recipe)],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while not (log.exists() and "recipe up" in log.read_text()):
@@ -308,18 +373,27 @@ def test_a_driver_joining_a_running_cluster_does_not_size_ray(tmp_path):
     """Ray refuses ray.init(num_cpus/num_gpus/object_store_memory) when it connects to a cluster:
     with RAY_ADDRESS set, dfpo.main's driver leaves the nodes' resources to their ray start (every
     path: the CPU recipe's platform file sets them)."""
-    from dfpo.driver import drop_node_resources_on_a_cluster
+    from dfpo.launch.driver_setup import drop_node_resources_on_a_cluster
 
     (command,) = dry_run("run_dfpo_min_replace_tiny_cpu.sh", OUTPUT_ROOT=str(tmp_path), NNODES="2", GPUS_PER_NODE="1")
     local, joined = copy.deepcopy(command.config), copy.deepcopy(command.config)
     said: list[str] = []
     assert drop_node_resources_on_a_cluster(local, say=said.append, environ={}) == [] and not said
-    assert drop_node_resources_on_a_cluster(joined, say=said.append, environ={"RAY_ADDRESS": "10.0.0.1:6379"}) == ["num_cpus", "num_gpus", "object_store_memory"]
+    assert drop_node_resources_on_a_cluster(joined, say=said.append, environ={"RAY_ADDRESS": "10.0.0.1:6379"}) == [
+        "num_cpus",
+        "num_gpus",
+        "object_store_memory",
+    ]
     for key in ("num_gpus", "num_cpus", "object_store_memory"):
         assert key in local.ray_kwargs.ray_init and key not in joined.ray_kwargs.ray_init
     assert joined.ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM == "cpu"
     assert "is a running cluster" in said[0]
-    assert drop_node_resources_on_a_cluster(copy.deepcopy(command.config), say=said.append, environ={"RAY_ADDRESS": "local"}) == []
+    assert (
+        drop_node_resources_on_a_cluster(
+            copy.deepcopy(command.config), say=said.append, environ={"RAY_ADDRESS": "local"}
+        )
+        == []
+    )
 
 
 @pytest.fixture(scope="module")
@@ -372,11 +446,17 @@ def test_launcher_on_a_gpu_node_without_the_strong_sandbox_stops_before_ray(tmp_
     assert "install_system_deps.sh" in refused.stderr and "REWARD_SANDBOX_ALLOW_WEAK=1" in refused.stderr
     assert not (tmp_path / "calls.txt").exists() and not (tmp_path / "node" / "ray.pid").exists()
     _token(tmp_path)
-    assert _launcher(["worker", "10.0.0.1:6379"], tmp_path, **node).returncode == 1 and not (tmp_path / "calls.txt").exists()
+    assert (
+        _launcher(["worker", "10.0.0.1:6379"], tmp_path, **node).returncode == 1
+        and not (tmp_path / "calls.txt").exists()
+    )
     allowed = _launcher(["head"], tmp_path, REWARD_SANDBOX_ALLOW_WEAK="1", **node)
     try:
         assert allowed.returncode == 0, allowed.stderr
-        assert f"WARNING: node {host}: REWARD_SANDBOX_ALLOW_WEAK=1: model-written code runs in the WEAK sandbox level rlimits" in allowed.stderr
+        assert (
+            f"WARNING: node {host}: REWARD_SANDBOX_ALLOW_WEAK=1: model-written code runs in the WEAK sandbox level rlimits"
+            in allowed.stderr
+        )
         assert f"node {host}: REWARD_SANDBOX_ALLOW_WEAK is set" in allowed.stderr
         assert (tmp_path / "calls.txt").read_text().strip().endswith("REQUIRE=1 ALLOW=1")
     finally:
@@ -392,7 +472,14 @@ def test_slurm_stops_before_any_ray_when_a_gpu_node_lacks_the_strong_sandbox(tmp
     recipe = tmp_path / "recipe.sh"
     recipe.write_text(f'echo "recipe ran" >> {log}\n')
     env.update(PATH=f"{tmp_path}:{weak_node_path}", PYTHON=sys.executable)
-    result = subprocess.run(["bash", str(LAUNCH / "slurm_dfpo.sbatch"), str(recipe)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        ["bash", str(LAUNCH / "slurm_dfpo.sbatch"), str(recipe)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 1
     assert f"node {socket.gethostname()}: the code-reward sandbox is not strong here" in result.stderr
     assert "the code-reward sandbox check failed on a node named above: nothing was started" in result.stderr

@@ -20,8 +20,8 @@ from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import omega_conf_to_dataclass, validate_config
 from verl.utils.import_utils import load_extern_object
 
-from dfpo.loss_config import DFPOPolicyLossConfig
 from dfpo.main import check_trainer_mode
+from dfpo.verl.loss_config import DFPOPolicyLossConfig
 from reward.options import RewardOptions
 from tests.recipes.recipe_commands import (
     DUMMY_MODEL_PATH,

@@ -28,7 +28,11 @@ from tests.recipes.recipe_commands import REPO_ROOT, default_command, dry_run, r
 
 BEFORE = json.loads((Path(__file__).parent / "fixtures" / "recipe_overrides_before_config_groups.json").read_text())
 SCRIPTS = sorted(BEFORE["commands"])
-THINKING_MODELS = {"qwen3_32b": "qwen3_thinking", "qwen3_next_80b_a3b_thinking": "qwen3_thinking", "gpt_oss_120b": "harmony"}
+THINKING_MODELS = {
+    "qwen3_32b": "qwen3_thinking",
+    "qwen3_next_80b_a3b_thinking": "qwen3_thinking",
+    "gpt_oss_120b": "harmony",
+}
 _LAUNCH_TIME = re.compile(r"\.\d{8}T\d{6}Z\.jsonl")
 
 
@@ -55,7 +59,11 @@ def _verl_keys(overrides: list[str]) -> dict[str, object]:
 
 def _differences(before: list[str], now: list[str]) -> dict[str, tuple[object, object]]:
     old, new = _verl_keys(before), _verl_keys(now)
-    return {k: (old.get(k, "<absent>"), new.get(k, "<absent>")) for k in sorted(old.keys() | new.keys()) if old.get(k, "<absent>") != new.get(k, "<absent>")}
+    return {
+        k: (old.get(k, "<absent>"), new.get(k, "<absent>"))
+        for k in sorted(old.keys() | new.keys())
+        if old.get(k, "<absent>") != new.get(k, "<absent>")
+    }
 
 
 def expected_differences(before: list[str]) -> dict[str, tuple[object, object]]:
@@ -77,7 +85,9 @@ def expected_differences(before: list[str]) -> dict[str, tuple[object, object]]:
             }
     if "trainer.device=cpu" not in before:
         return {}
-    differences: dict[str, tuple[object, object]] = {"ray_kwargs.ray_init.runtime_env.env_vars.VLLM_CPU_OMP_THREADS_BIND": ("<absent>", "auto")}
+    differences: dict[str, tuple[object, object]] = {
+        "ray_kwargs.ray_init.runtime_env.env_vars.VLLM_CPU_OMP_THREADS_BIND": ("<absent>", "auto")
+    }
     actor_dtype = _value_of(before, "++actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype")
     if actor_dtype != "fp32":
         differences["actor_rollout_ref.ref.fsdp_config.model_dtype"] = ("fp32", actor_dtype)
@@ -95,7 +105,10 @@ def machine_knobs(before: list[str]) -> dict[str, str]:
     if "trainer.device=cpu" not in before:
         return {}
     threads = _value_of(before, "+ray_kwargs.ray_init.runtime_env.env_vars.OMP_NUM_THREADS").strip("'")
-    return {"ACTOR_DTYPE": _value_of(before, "++actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype"), "CPU_THREADS_PER_RANK": threads}
+    return {
+        "ACTOR_DTYPE": _value_of(before, "++actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype"),
+        "CPU_THREADS_PER_RANK": threads,
+    }
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

@@ -20,7 +20,7 @@ from verl.utils.config import omega_conf_to_dataclass
 
 from data_prep import code as code_cli
 from data_prep import math as math_cli
-from dfpo.hydra_config import compose_trainer_config
+from dfpo.launch.compose import compose_trainer_config
 from tests.recipes.recipe_commands import REPO_ROOT, dry_run
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "data_prep"

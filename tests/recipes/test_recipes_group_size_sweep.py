@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dfpo.hydra_config import compose_trainer_config
+from dfpo.launch.compose import compose_trainer_config
 from tests.recipes.recipe_commands import default_command, dry_run, recipe_env, run_recipe
 from tests.recipes.recipe_expectations import METHODS, PAPER_GROUP_SIZES, SWEEP_SCRIPT
 
@@ -15,10 +15,7 @@ def sweep_commands():
 
 
 def test_sweep_runs_dfpo_and_gspo_at_every_paper_group_size(sweep_commands):
-    runs = [
-        (int(c.value("actor_rollout_ref.rollout.n")), c.value("method"))
-        for c in sweep_commands
-    ]
+    runs = [(int(c.value("actor_rollout_ref.rollout.n")), c.value("method")) for c in sweep_commands]
     assert runs == [(g, method) for g in PAPER_GROUP_SIZES for method in ("dfpo_min_replace", "gspo")]
     names = [c.value("trainer.experiment_name") for c in sweep_commands]
     assert len(set(names)) == len(names)

@@ -16,7 +16,7 @@ The same holds for every CPU run script (``recipes/run_*_cpu.sh``, found by name
 added later is covered), with each of the two CPU rollouts (``ROLLOUT_NAME=vllm``: verl's vLLM rollout
 on vLLM's CPU build; ``ROLLOUT_NAME=local``: dfpo's transformers server), with the KL loss, and with
 ``TRAINER_MODE=separate_async`` (its checkpoint-engine and standalone-rollout keys); and for the
-knobs of the CPU platform (``CPU_KNOB_VALUES``: ``dfpo/recipe_knobs.py``'s knobs of
+knobs of the CPU platform (``CPU_KNOB_VALUES``: ``dfpo/launch/recipe_knobs.py``'s knobs of
 ``platform/cpu.yaml``, CPU-only, so docs/cpu.md's to describe, not the GPU table of
 docs/recipes.md; ``ROLLOUT_NAME`` is in both).
 
@@ -35,8 +35,18 @@ import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf, open_dict
 
-from dfpo.hydra_config import compose_trainer_config
-from tests.recipes.recipe_commands import RECIPES_DIR, REPO_ROOT, composed_config, default_command, dry_run, file_keys, group_choice, keys_set, recipe_home
+from dfpo.launch.compose import compose_trainer_config
+from tests.recipes.recipe_commands import (
+    RECIPES_DIR,
+    REPO_ROOT,
+    composed_config,
+    default_command,
+    dry_run,
+    file_keys,
+    group_choice,
+    keys_set,
+    recipe_home,
+)
 from tests.recipes.recipe_expectations import CPU_RUN_SCRIPTS, GPU_RUN_SCRIPTS, METHODS, SWEEP_SCRIPT
 from tests.recipes.verl_readers import READERS, reader_of, readers, running_reader, source_path
 
@@ -70,7 +80,9 @@ IDLE_FILE_KEYS = {
 def check_every_key_is_read(label: str, overrides: list[str], cfg) -> None:
     """Every key ``overrides`` sets has a reader on the path that runs, except a file's key listed
     in :data:`IDLE_FILE_KEYS`, which must still have a reader somewhere."""
-    from_files = file_keys([o for o in overrides if group_choice(o)]) - {o.split("=", 1)[0].lstrip("+") for o in overrides if not group_choice(o)}
+    from_files = file_keys([o for o in overrides if group_choice(o)]) - {
+        o.split("=", 1)[0].lstrip("+") for o in overrides if not group_choice(o)
+    }
     for key in keys_set(overrides):
         found = reader_of(key)
         assert found is not None, (
@@ -111,10 +123,12 @@ def _cpu_cases() -> list:
         first_per_model.setdefault(cpu_model(script), script)
     for script in sorted(first_per_model.values()):
         for rollout in CPU_ROLLOUTS:
-            for name, extra in (("kl-loss", {"USE_KL_LOSS": "true"}), ("separate_async", {"TRAINER_MODE": "separate_async"})):
+            for name, extra in (
+                ("kl-loss", {"USE_KL_LOSS": "true"}),
+                ("separate_async", {"TRAINER_MODE": "separate_async"}),
+            ):
                 cases.append(pytest.param(script, {"ROLLOUT_NAME": rollout, **extra}, id=f"{script}-{rollout}-{name}"))
     return cases
-
 
 
 # A changed value for every knob of the CPU platform, with the setting it needs to act.
@@ -201,7 +215,7 @@ KNOB_VALUES: dict[str, tuple[str, dict[str, str]]] = {
 LAUNCHER_KNOBS = {
     "PYTHON": "the interpreter of the printed command",
     "DRY_RUN": "print instead of run",
-    "GPU_MEMORY_GB": "GPU memory the memory plan of dfpo.main's preflight assumes (dfpo/preflight.py)",
+    "GPU_MEMORY_GB": "GPU memory the memory plan of dfpo.main's preflight assumes (dfpo/launch/preflight.py)",
     "ALLOW_LOCAL_CHECKPOINTS": "accept node-local checkpoints on several nodes (test_launch_multi_node.py)",
 }
 
@@ -331,7 +345,9 @@ def test_the_sweep_sets_only_read_keys():
 
 def test_the_cpu_run_scripts_are_found_by_name():
     found = cpu_run_scripts()
-    assert set(CPU_RUN_SCRIPTS) <= set(found), f"not matched by {CPU_RUN_SCRIPT_GLOB}: {sorted(set(CPU_RUN_SCRIPTS) - set(found))}"
+    assert set(CPU_RUN_SCRIPTS) <= set(found), (
+        f"not matched by {CPU_RUN_SCRIPT_GLOB}: {sorted(set(CPU_RUN_SCRIPTS) - set(found))}"
+    )
     for script in found:
         cpu_model(script)  # every one is run_<method>_<model>.sh
 
@@ -344,7 +360,7 @@ def test_every_key_a_cpu_recipe_sets_is_read_on_the_path_that_runs(script, varia
 
 
 def test_the_cpu_knobs_are_the_cpu_platforms():
-    from dfpo.recipe_knobs import KNOBS
+    from dfpo.launch.recipe_knobs import KNOBS
 
     assert {k.name for k in KNOBS if k.platform == "cpu"} | {"ROLLOUT_NAME"} == set(CPU_KNOB_VALUES)
 
@@ -353,7 +369,9 @@ def test_an_idle_key_set_on_the_command_line_is_refused():
     """The mutant of the exemption: a listed key set by an override (not a file) still fails."""
     command, cfg = _compose(CPU_SCRIPT, (("ROLLOUT_NAME", "local"),))
     with pytest.raises(AssertionError, match="gpu_memory_utilization"):
-        check_every_key_is_read("mutant", [*command.overrides, "actor_rollout_ref.rollout.gpu_memory_utilization=0.5"], cfg)
+        check_every_key_is_read(
+            "mutant", [*command.overrides, "actor_rollout_ref.rollout.gpu_memory_utilization=0.5"], cfg
+        )
 
 
 @pytest.mark.parametrize("knob", sorted(CPU_KNOB_VALUES))

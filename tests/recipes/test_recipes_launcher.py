@@ -1,5 +1,5 @@
 """The recipes' launch as a user meets it: the one-line run scripts, recipes/common.sh and
-``python -m dfpo.recipe`` (syntax, knobs, errors, the real run path), and a new method or model as
+``python -m dfpo.launch.recipe`` (syntax, knobs, errors, the real run path), and a new method or model as
 one config file.
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from dfpo.methods import load_method, method_names
-from dfpo.preflight import PreflightError
+from dfpo.launch.methods import load_method, method_names
+from dfpo.launch.preflight import PreflightError
 from tests.recipes.recipe_commands import (
     RECIPES_DIR,
     REPO_ROOT,
@@ -67,7 +67,10 @@ def test_every_method_file_is_known_to_the_tests():
     for name, expected in METHODS.items():
         selection = load_method(name)
         assert (selection.adv_estimator, selection.loss_mode, selection.loss_agg_mode) == (
-            expected.adv_estimator, expected.loss_mode, expected.loss_agg_mode)
+            expected.adv_estimator,
+            expected.loss_mode,
+            expected.loss_agg_mode,
+        )
 
 
 @pytest.fixture
@@ -75,18 +78,18 @@ def config_copy(tmp_path, monkeypatch):
     """A copy of dfpo/config that the launcher reads instead (a file added there is all it knows)."""
     import shutil
 
-    import dfpo.recipe
+    import dfpo.launch.recipe
 
     config = tmp_path / "config"
     shutil.copytree(REPO_ROOT / "dfpo" / "config", config)
-    monkeypatch.setattr(dfpo.recipe, "CONFIG_DIR", config)
+    monkeypatch.setattr(dfpo.launch.recipe, "CONFIG_DIR", config)
     return config
 
 
 def _compose_in(config_dir, overrides):
     from hydra import compose, initialize_config_dir
 
-    from dfpo.driver import resolve
+    from dfpo.launch.driver_setup import resolve
     from tests.recipes.recipe_commands import recipe_home
 
     with initialize_config_dir(config_dir=str(config_dir), version_base=None):
@@ -99,7 +102,7 @@ def _compose_in(config_dir, overrides):
 def test_a_new_method_is_one_file(config_copy):
     """A method file added to dfpo/config/method/ is all the launcher and dfpo.main need: the
     launcher accepts its name and selects it, and the config composes with its values."""
-    from dfpo.recipe import recipe_command
+    from dfpo.launch.recipe import recipe_command
 
     (config_copy / "method" / "dfpo_orth_proj_prefix.yaml").write_text(
         "# @package _global_\n"
@@ -112,7 +115,11 @@ def test_a_new_method_is_one_file(config_copy):
     assert "method=dfpo_orth_proj_prefix" in command
     cfg = _compose_in(config_copy, command[3:])
     options = cfg.actor_rollout_ref.actor.policy_loss
-    assert (cfg.dfpo.method, options.dfpo_transform, options.dfpo_scope) == ("dfpo_orth_proj_prefix", "orth_proj", "shared_prefix")
+    assert (cfg.dfpo.method, options.dfpo_transform, options.dfpo_scope) == (
+        "dfpo_orth_proj_prefix",
+        "orth_proj",
+        "shared_prefix",
+    )
     assert cfg.trainer.experiment_name == "dfpo_orth_proj_prefix-qwen3_32b-g8-seed1"
 
 
@@ -143,9 +150,9 @@ def test_a_new_model_is_one_file(config_copy, monkeypatch):
     launcher accepts it, the config composes with its values and the recipes' defaults, its token
     budgets follow its lengths and any knob, and dfpo.main's memory plan is made for it once
     memory_plan.py knows its shape (and says there is none before)."""
-    from dfpo import memory_plan
-    from dfpo.preflight import memory_plan_report
-    from dfpo.recipe import recipe_command
+    from dfpo.launch import memory_plan
+    from dfpo.launch.preflight import memory_plan_report
+    from dfpo.launch.recipe import recipe_command
 
     (config_copy / "base_model" / "llama3_8b.yaml").write_text(NEW_MODEL)
     command = recipe_command("gspo", "llama3_8b", [], recipe_env(MAX_RESPONSE_LENGTH="6144"))
@@ -156,7 +163,11 @@ def test_a_new_model_is_one_file(config_copy, monkeypatch):
     assert cfg.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu == 6 * (2048 + 6144) // 2
     assert cfg.trainer.experiment_name == "gspo-llama3_8b-g8-seed1"
     assert "no memory plan" in memory_plan_report(cfg, environ={})
-    monkeypatch.setitem(memory_plan.KNOWN_MODELS, "llama3_8b", memory_plan.ModelShape(params=8.0e9, layers=32, hidden=4096, vocab=128256))
+    monkeypatch.setitem(
+        memory_plan.KNOWN_MODELS,
+        "llama3_8b",
+        memory_plan.ModelShape(params=8.0e9, layers=32, hidden=4096, vocab=128256),
+    )
     plan = memory_plan_report(cfg, environ={})
     assert "llama3_8b" in plan and "no memory plan" not in plan
 
@@ -164,7 +175,10 @@ def test_a_new_model_is_one_file(config_copy, monkeypatch):
 def _launch(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["bash", "-c", 'source recipes/common.sh; dfpo_launch "$@"', "recipe", *args],
-        cwd=REPO_ROOT, env=env or recipe_env(), capture_output=True, text=True,
+        cwd=REPO_ROOT,
+        env=env or recipe_env(),
+        capture_output=True,
+        text=True,
     )
 
 
@@ -179,9 +193,13 @@ def test_unknown_method_lists_the_valid_ones():
 def test_unknown_model_lists_the_valid_ones():
     result = _launch("gspo", "qwen3_23b")
     assert result.returncode != 0
-    assert "unknown model 'qwen3_23b'" in result.stderr and "qwen3_32b" in result.stderr and "dfpo/config/base_model" in result.stderr
+    assert (
+        "unknown model 'qwen3_23b'" in result.stderr
+        and "qwen3_32b" in result.stderr
+        and "dfpo/config/base_model" in result.stderr
+    )
     usage = _launch("gspo")
-    assert usage.returncode == 2 and "usage: python -m dfpo.recipe METHOD MODEL" in usage.stderr
+    assert usage.returncode == 2 and "usage: python -m dfpo.launch.recipe METHOD MODEL" in usage.stderr
 
 
 @pytest.mark.parametrize(
@@ -206,13 +224,22 @@ def test_bad_knobs_fail_before_anything_runs(variables, message):
 @pytest.mark.parametrize(
     ("variables", "message"),
     [
-        ({"TRAIN_BATCH_SIZE": "100"}, "data.train_batch_size=100 is not a multiple of actor_rollout_ref.actor.ppo_mini_batch_size=32"),
-        ({"PPO_MAX_TOKEN_LEN_PER_GPU": "4096"}, "token budget too small: actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096"),
-        ({"LOG_PROB_MAX_TOKEN_LEN_PER_GPU": "4096"}, "token budget too small: actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=4096"),
+        (
+            {"TRAIN_BATCH_SIZE": "100"},
+            "data.train_batch_size=100 is not a multiple of actor_rollout_ref.actor.ppo_mini_batch_size=32",
+        ),
+        (
+            {"PPO_MAX_TOKEN_LEN_PER_GPU": "4096"},
+            "token budget too small: actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096",
+        ),
+        (
+            {"LOG_PROB_MAX_TOKEN_LEN_PER_GPU": "4096"},
+            "token budget too small: actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=4096",
+        ),
     ],
 )
 def test_impossible_batches_stop_before_ray(variables, message):
-    """dfpo.main's preflight on the recipe's config (dfpo/preflight.py), naming the key and the knob."""
+    """dfpo.main's preflight on the recipe's config (dfpo/launch/preflight.py), naming the key and the knob."""
     with pytest.raises(PreflightError, match=re.escape(message)):
         preflight_says(SCRIPT, **variables)
     assert preflight_says(SCRIPT, TRAIN_BATCH_SIZE="96", PPO_MAX_TOKEN_LEN_PER_GPU="8704")  # the plan is said
@@ -281,10 +308,10 @@ def test_dry_run_prints_the_command_only():
 # ---- the real (non-dry) path, with a stand-in interpreter -----------------------------------------
 
 FAKE_PYTHON = f"""#!/usr/bin/env bash
-# stands in for python3: the install check (-c) succeeds, the launcher (-m dfpo.recipe) is the real
+# stands in for python3: the install check (-c) succeeds, the launcher (-m dfpo.launch.recipe) is the real
 # one, and the driver (-m dfpo.main ...) records its arguments
 if [[ "$1" == -c ]]; then exit "${{FAKE_IMPORT_STATUS:-0}}"; fi
-if [[ "$1 $2" == "-m dfpo.recipe" ]]; then exec {sys.executable} "$@"; fi
+if [[ "$1 $2" == "-m dfpo.launch.recipe" ]]; then exec {sys.executable} "$@"; fi
 printf '%s\\n' "$@" > "$FAKE_ARGS"
 echo "step:1 - critic/score/mean:0.5"
 exit "${{FAKE_EXIT_STATUS:-0}}"
@@ -330,7 +357,7 @@ def test_the_driver_appends_its_output_to_the_console_log(tmp_path):
     second launch appends): what the recipes' console log holds."""
     log = tmp_path / "logs" / "run.console.log"
     code = (
-        "import subprocess, sys; from dfpo.driver import tee_console; tee_console(sys.argv[1]); "
+        "import subprocess, sys; from dfpo.launch.driver_setup import tee_console; tee_console(sys.argv[1]); "
         "print('driver line', flush=True); subprocess.run(['echo', 'child line']); print('to stderr', file=sys.stderr)"
     )
     for _ in range(2):
@@ -360,8 +387,15 @@ def test_the_install_check_finds_the_project_without_importing_verl(flags, insta
     and fails without site-packages (-S: neither the project nor verl is found); it never imports verl
     (10-20 s on 2 cores)."""
     check = subprocess.run(
-        ["bash", "-c", f'source recipes/common.sh && "$0" {" ".join(flags)} -c "$DFPO_INSTALL_CHECK" && "$0" -c "import atexit, sys; atexit.register(lambda: print(\'verl\' in sys.modules)); $DFPO_INSTALL_CHECK"', sys.executable],
-        cwd=REPO_ROOT, capture_output=True, text=True,
+        [
+            "bash",
+            "-c",
+            f'source recipes/common.sh && "$0" {" ".join(flags)} -c "$DFPO_INSTALL_CHECK" && "$0" -c "import atexit, sys; atexit.register(lambda: print(\'verl\' in sys.modules)); $DFPO_INSTALL_CHECK"',
+            sys.executable,
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
     )
     assert (check.returncode == 0) is installed, check.stderr
     if installed:
@@ -377,7 +411,7 @@ def test_the_install_check_finds_the_project_without_importing_verl(flags, insta
 )
 def test_a_launch_checks_its_files_before_ray(run_setup, missing, message):
     """dfpo.main's preflight (every path) names a missing checkpoint or data file and what to do."""
-    from dfpo.preflight import check_input_files
+    from dfpo.launch.preflight import check_input_files
 
     _, env = run_setup
     model, data = Path(env["MODEL_PATH"]), Path(env["DATA_DIR"])
@@ -393,7 +427,7 @@ def test_a_launch_checks_its_files_before_ray(run_setup, missing, message):
 
 def test_the_recipe_becomes_the_driver_so_sigterm_reaches_it_and_its_status_is_the_recipes(tmp_path):
     """dfpo_launch execs python -m dfpo.main: a scheduler's SIGTERM to the recipe's process is the
-    driver's (dfpo.preemption), and the recipe exits with the driver's status (75 after a clean
+    driver's (dfpo.operations.preemption), and the recipe exits with the driver's status (75 after a clean
     stop). A stand-in interpreter plays the driver; every other python call is the real one."""
     import os
     import signal
@@ -403,7 +437,7 @@ def test_the_recipe_becomes_the_driver_so_sigterm_reaches_it_and_its_status_is_t
     fake.write_text(
         "#!/usr/bin/env bash\n"
         'if [[ "$1" == -m && "$2" == dfpo.main ]]; then\n'
-        '  trap \'echo "driver got TERM"; exit 75\' TERM\n'
+        "  trap 'echo \"driver got TERM\"; exit 75' TERM\n"
         '  echo "driver up $$"\n'
         "  while true; do sleep 0.1; done\n"
         "fi\n"
@@ -414,16 +448,31 @@ def test_the_recipe_becomes_the_driver_so_sigterm_reaches_it_and_its_status_is_t
     model.mkdir()
     data.write_bytes(b"")
     env = recipe_env(
-        DRY_RUN="0", NNODES="1", PYTHON=str(fake), MODEL_PATH=str(model), TRAIN_FILES=str(data), VAL_FILES=str(data), OUTPUT_ROOT=str(tmp_path / "out")
+        DRY_RUN="0",
+        NNODES="1",
+        PYTHON=str(fake),
+        MODEL_PATH=str(model),
+        TRAIN_FILES=str(data),
+        VAL_FILES=str(data),
+        OUTPUT_ROOT=str(tmp_path / "out"),
     )
-    recipe = subprocess.Popen(["bash", str(RECIPES_DIR / SCRIPT)], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    recipe = subprocess.Popen(
+        ["bash", str(RECIPES_DIR / SCRIPT)],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         lines = []
         deadline = time.monotonic() + 60
         while not any(line.startswith("driver up") for line in lines) and time.monotonic() < deadline:
             lines.append(recipe.stdout.readline())
         (up,) = [line for line in lines if line.startswith("driver up")]
-        assert int(up.split()[2]) == recipe.pid, f"the driver is not the recipe's process: {up!r}, recipe pid {recipe.pid}"
+        assert int(up.split()[2]) == recipe.pid, (
+            f"the driver is not the recipe's process: {up!r}, recipe pid {recipe.pid}"
+        )
         os.kill(recipe.pid, signal.SIGTERM)
         rest = recipe.communicate(timeout=30)[0]
     finally:
@@ -434,7 +483,7 @@ def test_the_recipe_becomes_the_driver_so_sigterm_reaches_it_and_its_status_is_t
 
 def test_a_hub_id_as_the_model_is_verls_to_fetch_a_missing_local_path_is_not(run_setup):
     """The README's direct example names the model by its hub id: preflight leaves it to verl."""
-    from dfpo.preflight import check_input_files
+    from dfpo.launch.preflight import check_input_files
 
     _, env = run_setup
     (hub,) = dry_run(SCRIPT, MODEL_PATH="Qwen/Qwen3-32B", DATA_DIR=env["DATA_DIR"])
@@ -445,12 +494,18 @@ def test_a_hub_id_as_the_model_is_verls_to_fetch_a_missing_local_path_is_not(run
 
 
 def test_a_knob_of_another_model_is_not_passed_and_said(capsys):
-    from dfpo.recipe import recipe_overrides
+    from dfpo.launch.recipe import recipe_overrides
 
     said: list[str] = []
-    qwen = recipe_overrides("gspo", "qwen3_32b", recipe_env(GPT_OSS_REASONING_EFFORT="low", ACTOR_DTYPE="bf16"), say=said.append)
+    qwen = recipe_overrides(
+        "gspo", "qwen3_32b", recipe_env(GPT_OSS_REASONING_EFFORT="low", ACTOR_DTYPE="bf16"), say=said.append
+    )
     assert not any("reasoning_effort" in o or "actor_dtype" in o for o in qwen)
-    assert len(said) == 2 and "GPT_OSS_REASONING_EFFORT=low not passed" in said[0] and "ACTOR_DTYPE=bf16 not passed" in said[1]
+    assert (
+        len(said) == 2
+        and "GPT_OSS_REASONING_EFFORT=low not passed" in said[0]
+        and "ACTOR_DTYPE=bf16 not passed" in said[1]
+    )
     gpt_oss = recipe_overrides("gspo", "gpt_oss_120b", recipe_env(GPT_OSS_REASONING_EFFORT="low"), say=said.append)
     assert "data.apply_chat_template_kwargs.reasoning_effort=low" in gpt_oss
 

@@ -1,4 +1,4 @@
-"""The memory plan (dfpo/memory_plan.py): every shipped GPU recipe fits an 80 GB GPU with a margin,
+"""The memory plan (dfpo/launch/memory_plan.py): every shipped GPU recipe fits an 80 GB GPU with a margin,
 dfpo.main says the plan of the config it runs, and the estimate's parts follow their formulas."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from dfpo import memory_plan as mp
-from dfpo.preflight import memory_plan_report as mp_report
+from dfpo.launch import memory_plan as mp
+from dfpo.launch.preflight import memory_plan_report as mp_report
 from tests.recipes.recipe_commands import composed_config, preflight_says
 from tests.recipes.recipe_expectations import GPU_RUN_SCRIPTS, split_script_name
 
@@ -69,10 +69,23 @@ def test_a_model_without_a_plan_is_said(tmp_path):
 def test_the_parts_follow_their_formulas():
     shape = mp.ModelShape(params=80e9, layers=48, hidden=2048, vocab=151936)
     settings = mp.Settings(
-        nnodes=4, gpus_per_node=8, sp=1, rollout_tp=4, gpu_memory_gb=80, gpu_memory_utilization=0.7,
-        max_prompt=2048, max_response=32768, dynamic_bsz=False, ppo_tokens=0, log_prob_tokens=0,
-        ppo_micro_batch=1, log_prob_micro_batch=1, param_offload=True, optimizer_offload=True,
-        gradient_checkpointing=True, entropy_chunking=True,
+        nnodes=4,
+        gpus_per_node=8,
+        sp=1,
+        rollout_tp=4,
+        gpu_memory_gb=80,
+        gpu_memory_utilization=0.7,
+        max_prompt=2048,
+        max_response=32768,
+        dynamic_bsz=False,
+        ppo_tokens=0,
+        log_prob_tokens=0,
+        ppo_micro_batch=1,
+        log_prob_micro_batch=1,
+        param_offload=True,
+        optimizer_offload=True,
+        gradient_checkpointing=True,
+        entropy_chunking=True,
     )
     update = mp.plan(shape, settings)["actor update"]
     assert update["Adam states (fp32)"] == pytest.approx(8 * 80e9 / 32 / 1e9)

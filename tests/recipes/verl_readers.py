@@ -12,7 +12,7 @@ runs at all (e.g. the KL keys only with ``use_kl_loss``).
 The CPU recipes (``recipes/run_*_cpu.sh``, settings in ``dfpo/config/platform/cpu.yaml``) run the same
 path on dfpo's local CPU backend with one of two rollouts: verl's vLLM rollout on vLLM's CPU build
 (``rollout.name=vllm``) or dfpo's transformers server (``rollout.name=local``,
-``dfpo/cpu/rollout.py`` and ``dfpo/cpu/server.py``). A key only one rollout reads has a reader
+``cpu_backend/local_rollout.py`` and ``cpu_backend/server.py``). A key only one rollout reads has a reader
 per rollout, each with its condition (a tuple of readers: the key is read when any one's condition
 holds); the vLLM engine's own keys (``enforce_eager``, ``rollout.dtype``...) are read only with
 vLLM. ``file`` may also name a line of vLLM, Ray or TransferQueue (``vllm/...``, ``ray/...``,
@@ -74,7 +74,7 @@ def _sglang_rollout(cfg) -> bool:
 
 
 def _local_rollout(cfg) -> bool:
-    # dfpo's transformers rollout server (dfpo/cpu), registered as rollout.name=local
+    # dfpo's transformers rollout server (cpu_backend/), registered as rollout.name=local
     return cfg.actor_rollout_ref.rollout.name == "local"
 
 
@@ -102,13 +102,14 @@ def _simple_storage(cfg) -> bool:
 
 
 _OTHER_PACKAGES = ("vllm", "ray", "transfer_queue")
+_REPOSITORY_PACKAGES = ("dfpo", "cpu_backend", "reward")
 
 
 def source_path(file: str) -> Path:
-    """``dfpo/...``: this repository; ``vllm/...``, ``ray/...``, ``transfer_queue/...``: that installed
+    """``dfpo/...``, ``cpu_backend/...``, ``reward/...``: this repository; ``vllm/...``, ``ray/...``, ``transfer_queue/...``: that installed
     package (found without importing it); anything else: relative to the installed ``verl``."""
     top = file.split("/", 1)[0]
-    if top == "dfpo":
+    if top in _REPOSITORY_PACKAGES:
         return REPO_ROOT / file
     if top in _OTHER_PACKAGES:
         spec = importlib.util.find_spec(top)
@@ -144,8 +145,8 @@ _VLLM = "workers/rollout/vllm_rollout/vllm_async_server.py"
 _AGENT_LOOP = "trainer/ppo/v1/agent_loop_tq.py"
 _LOSSES = "workers/utils/losses.py"
 _CORE = "trainer/ppo/core_algos.py"
-_LOCAL_ROLLOUT = "dfpo/cpu/rollout.py"
-_LOCAL_SERVER = "dfpo/cpu/server.py"
+_LOCAL_ROLLOUT = "cpu_backend/local_rollout.py"
+_LOCAL_SERVER = "cpu_backend/server.py"
 _AR = "actor_rollout_ref"
 # verl's run_ppo: ray.init(**ray_kwargs.ray_init), its runtime_env (env_vars included) merged into the
 # job's runtime environment, which every Ray actor (TaskRunner, workers, rollout servers) starts with
@@ -158,7 +159,9 @@ READERS: dict[str, Reader | tuple[Reader, ...]] = {
     "data.val_files": Reader(_TRAINER, "self.config.data.val_files"),
     "data.prompt_key": Reader(_DATASET, 'config.get("prompt_key", "prompt")'),
     "data.max_prompt_length": Reader(_DATASET, 'config.get("max_prompt_length", 1024)'),
-    "data.max_response_length": Reader("trainer/config/rollout/rollout.yaml", "${oc.select:data.max_response_length,512}"),
+    "data.max_response_length": Reader(
+        "trainer/config/rollout/rollout.yaml", "${oc.select:data.max_response_length,512}"
+    ),
     "data.train_batch_size": Reader(_TRAINER, "self.config.data.train_batch_size"),
     "data.filter_overlong_prompts": Reader(_DATASET, 'config.get("filter_overlong_prompts", True)'),
     "data.truncation": Reader(_DATASET, 'config.get("truncation", "error")'),
@@ -179,18 +182,25 @@ READERS: dict[str, Reader | tuple[Reader, ...]] = {
     # model
     f"{_AR}.model.path": Reader("workers/config/model.py", "copy_to_local(self.path"),
     f"{_AR}.model.use_remove_padding": Reader(_WORKERS, 'self.model_config.get("use_remove_padding", False)'),
-    f"{_AR}.model.enable_gradient_checkpointing": Reader(_ENGINE, "if self.model_config.enable_gradient_checkpointing:"),
+    f"{_AR}.model.enable_gradient_checkpointing": Reader(
+        _ENGINE, "if self.model_config.enable_gradient_checkpointing:"
+    ),
     f"{_AR}.model.override_config": Reader("workers/config/model.py", 'self.override_config.get("attn_implementation"'),
     f"{_AR}.model.override_config.attn_implementation": Reader(
-        "workers/config/model.py", 'attn_implementation = self.override_config.get("attn_implementation", "flash_attention_2")'
+        "workers/config/model.py",
+        'attn_implementation = self.override_config.get("attn_implementation", "flash_attention_2")',
     ),
     # actor: optimizer and PPO loop
-    f"{_AR}.actor.strategy": Reader("workers/config/actor.py", 'object.__setattr__(self.engine, "strategy", self.strategy)'),
+    f"{_AR}.actor.strategy": Reader(
+        "workers/config/actor.py", 'object.__setattr__(self.engine, "strategy", self.strategy)'
+    ),
     f"{_AR}.actor.optim.lr": Reader("workers/config/optimizer.py", '"lr": config.lr'),
     f"{_AR}.actor.optim.lr_warmup_steps": Reader(_ENGINE, "num_warmup_steps = optim_config.lr_warmup_steps"),
     f"{_AR}.actor.optim.weight_decay": Reader("workers/config/optimizer.py", '"weight_decay": config.weight_decay'),
     f"{_AR}.actor.optim.clip_grad": Reader(_ENGINE, "max_norm=self.optimizer_config.clip_grad"),
-    f"{_AR}.actor.ppo_mini_batch_size": Reader(_TRAINER, "ppo_mini_batch_size = self.config.actor_rollout_ref.actor.ppo_mini_batch_size"),
+    f"{_AR}.actor.ppo_mini_batch_size": Reader(
+        _TRAINER, "ppo_mini_batch_size = self.config.actor_rollout_ref.actor.ppo_mini_batch_size"
+    ),
     f"{_AR}.actor.ppo_epochs": Reader(_TRAINER, '"epochs": self.config.actor_rollout_ref.actor.ppo_epochs'),
     f"{_AR}.actor.shuffle": Reader(_TRAINER, '{"shuffle": self.config.actor_rollout_ref.actor.shuffle}'),
     f"{_AR}.actor.data_loader_seed": Reader(_TRAINER, '"seed": self.config.actor_rollout_ref.actor.data_loader_seed'),
@@ -202,39 +212,62 @@ READERS: dict[str, Reader | tuple[Reader, ...]] = {
     f"{_AR}.actor.policy_loss.loss_mode": Reader(_LOSSES, 'config.policy_loss.get("loss_mode", "vanilla")'),
     f"{_AR}.actor.clip_ratio_low": Reader(_CORE, "config.clip_ratio_low", _clipped_loss),
     f"{_AR}.actor.clip_ratio_high": Reader(_CORE, "config.clip_ratio_high", _clipped_loss),
-    # DFPO's own options: read by dfpo/workers.py (the exact pre-pass) and dfpo/verl_loss_fn.py
-    f"{_AR}.actor.policy_loss.dfpo_transform": Reader("dfpo/workers.py", "transform=options.dfpo_transform", _dfpo_loss),
-    f"{_AR}.actor.policy_loss.dfpo_scale": Reader("dfpo/workers.py", "scale=options.dfpo_scale", _dfpo_loss),
-    f"{_AR}.actor.policy_loss.dfpo_stop_grad": Reader("dfpo/workers.py", "stop_grad=options.dfpo_stop_grad", _dfpo_loss),
-    f"{_AR}.actor.policy_loss.dfpo_scope": Reader("dfpo/workers.py", 'options.dfpo_scope == "shared_prefix"', _dfpo_loss),
-    f"{_AR}.actor.policy_loss.dfpo_exact_groups": Reader("dfpo/workers.py", "options.dfpo_exact_groups", _dfpo_loss),
+    # DFPO's own options: read by dfpo/verl/workers.py (the exact pre-pass) and dfpo/verl/loss_fn.py
+    f"{_AR}.actor.policy_loss.dfpo_transform": Reader(
+        "dfpo/verl/workers.py", "transform=options.dfpo_transform", _dfpo_loss
+    ),
+    f"{_AR}.actor.policy_loss.dfpo_scale": Reader("dfpo/verl/workers.py", "scale=options.dfpo_scale", _dfpo_loss),
+    f"{_AR}.actor.policy_loss.dfpo_stop_grad": Reader(
+        "dfpo/verl/workers.py", "stop_grad=options.dfpo_stop_grad", _dfpo_loss
+    ),
+    f"{_AR}.actor.policy_loss.dfpo_scope": Reader(
+        "dfpo/verl/workers.py", 'options.dfpo_scope == "shared_prefix"', _dfpo_loss
+    ),
+    f"{_AR}.actor.policy_loss.dfpo_exact_groups": Reader(
+        "dfpo/verl/workers.py", "options.dfpo_exact_groups", _dfpo_loss
+    ),
     f"{_AR}.actor.policy_loss.dfpo_measure_update_kl": Reader(
-        "dfpo/workers.py", 'getattr(self._dfpo_config.policy_loss, "dfpo_measure_update_kl", False)', _dfpo_loss
+        "dfpo/verl/workers.py", 'getattr(self._dfpo_config.policy_loss, "dfpo_measure_update_kl", False)', _dfpo_loss
     ),
     # actor: memory and parallelism (the engine reads fsdp_config; FSDPActorConfig copies SP into it)
-    f"{_AR}.actor.use_dynamic_bsz": Reader(_WORKERS, "engine_config.use_dynamic_bsz = self.config.actor.use_dynamic_bsz"),
+    f"{_AR}.actor.use_dynamic_bsz": Reader(
+        _WORKERS, "engine_config.use_dynamic_bsz = self.config.actor.use_dynamic_bsz"
+    ),
     f"{_AR}.actor.ppo_max_token_len_per_gpu": Reader(
         _WORKERS, "max_token_len_per_gpu = self.config.actor.ppo_max_token_len_per_gpu", _dynamic_bsz
     ),
     f"{_AR}.actor.ppo_micro_batch_size_per_gpu": Reader(
-        _WORKERS, "micro_batch_size_per_gpu = (\n                self.config.actor.ppo_micro_batch_size_per_gpu", _fixed_micro_batches
+        _WORKERS,
+        "micro_batch_size_per_gpu = (\n                self.config.actor.ppo_micro_batch_size_per_gpu",
+        _fixed_micro_batches,
     ),
     f"{_AR}.actor.ulysses_sequence_parallel_size": Reader(
-        "workers/config/actor.py", "self.fsdp_config.ulysses_sequence_parallel_size = self.ulysses_sequence_parallel_size"
+        "workers/config/actor.py",
+        "self.fsdp_config.ulysses_sequence_parallel_size = self.ulysses_sequence_parallel_size",
     ),
     f"{_AR}.actor.entropy_from_logits_with_chunking": Reader(
         "trainer/config/actor/dp_actor.yaml",
         "entropy_from_logits_with_chunking: ${oc.select:actor_rollout_ref.actor.entropy_from_logits_with_chunking,False}",
     ),
-    f"{_AR}.actor.fsdp_config.param_offload": Reader(_ENGINE, "self._is_offload_param = self.engine_config.param_offload"),
-    f"{_AR}.actor.fsdp_config.optimizer_offload": Reader(_ENGINE, "self._is_offload_optimizer = self.engine_config.optimizer_offload"),
+    f"{_AR}.actor.fsdp_config.param_offload": Reader(
+        _ENGINE, "self._is_offload_param = self.engine_config.param_offload"
+    ),
+    f"{_AR}.actor.fsdp_config.optimizer_offload": Reader(
+        _ENGINE, "self._is_offload_optimizer = self.engine_config.optimizer_offload"
+    ),
     f"{_AR}.actor.fsdp_config.fsdp_size": Reader(_ENGINE, "fsdp_size = self.engine_config.fsdp_size"),
     # actor: dtypes and compilation (the CPU model files set them)
     f"{_AR}.actor.fsdp_config.model_dtype": Reader(_ENGINE, "torch_dtype = self.engine_config.model_dtype"),
-    f"{_AR}.actor.fsdp_config.mixed_precision.param_dtype": Reader(_ENGINE, 'mixed_precision_config.get("param_dtype", "bf16")'),
-    f"{_AR}.actor.fsdp_config.mixed_precision.reduce_dtype": Reader(_ENGINE, 'mixed_precision_config.get("reduce_dtype", "fp32")'),
+    f"{_AR}.actor.fsdp_config.mixed_precision.param_dtype": Reader(
+        _ENGINE, 'mixed_precision_config.get("param_dtype", "bf16")'
+    ),
+    f"{_AR}.actor.fsdp_config.mixed_precision.reduce_dtype": Reader(
+        _ENGINE, 'mixed_precision_config.get("reduce_dtype", "fp32")'
+    ),
     f"{_AR}.actor.fsdp_config.mixed_precision.buffer_dtype": Reader(
-        _ENGINE, "mixed_precision = MixedPrecision(param_dtype=param_dtype, reduce_dtype=reduce_dtype, buffer_dtype=buffer_dtype)", _fsdp1
+        _ENGINE,
+        "mixed_precision = MixedPrecision(param_dtype=param_dtype, reduce_dtype=reduce_dtype, buffer_dtype=buffer_dtype)",
+        _fsdp1,
     ),
     f"{_AR}.actor.fsdp_config.use_torch_compile": Reader(_ENGINE, "if self.engine_config.use_torch_compile"),
     # reference policy: built only for the KL loss
@@ -242,16 +275,22 @@ READERS: dict[str, Reader | tuple[Reader, ...]] = {
     f"{_AR}.ref.ulysses_sequence_parallel_size": Reader(_WORKERS, "ref_training_config", _kl_loss_on),
     f"{_AR}.ref.fsdp_config.model_dtype": Reader(_ENGINE, "torch_dtype = self.engine_config.model_dtype", _kl_loss_on),
     f"{_AR}.ref.log_prob_max_token_len_per_gpu": Reader(
-        _WORKERS, 'self.config.ref.pop("log_prob_max_token_len_per_gpu", None)', lambda c: _kl_loss_on(c) and _dynamic_bsz(c)
+        _WORKERS,
+        'self.config.ref.pop("log_prob_max_token_len_per_gpu", None)',
+        lambda c: _kl_loss_on(c) and _dynamic_bsz(c),
     ),
     f"{_AR}.ref.log_prob_micro_batch_size_per_gpu": Reader(
-        _WORKERS, 'self.config.ref.pop(\n                    "log_prob_micro_batch_size_per_gpu", None\n                )', lambda c: _kl_loss_on(c) and _fixed_micro_batches(c)
+        _WORKERS,
+        'self.config.ref.pop(\n                    "log_prob_micro_batch_size_per_gpu", None\n                )',
+        lambda c: _kl_loss_on(c) and _fixed_micro_batches(c),
     ),
     # rollout
     f"{_AR}.rollout.name": Reader("workers/rollout/llm_server.py", "self.rollout_config.name,"),
     f"{_AR}.rollout.n": Reader(_AGENT_LOOP, "config.n if not trajectory"),
     # every rollout's replica sizes itself with it (verl's RolloutReplica, which the local replica extends)
-    f"{_AR}.rollout.tensor_model_parallel_size": Reader("workers/rollout/replica.py", "self.config.tensor_model_parallel_size"),
+    f"{_AR}.rollout.tensor_model_parallel_size": Reader(
+        "workers/rollout/replica.py", "self.config.tensor_model_parallel_size"
+    ),
     # the engine's memory share: vLLM and SGLang; the local rollout has no memory pool
     f"{_AR}.rollout.gpu_memory_utilization": (
         Reader(_VLLM, '"gpu_memory_utilization": self.config.gpu_memory_utilization', _vllm_rollout),
@@ -275,7 +314,9 @@ READERS: dict[str, Reader | tuple[Reader, ...]] = {
     f"{_AR}.rollout.top_p": Reader(_AGENT_LOOP, "top_p=config.top_p"),
     f"{_AR}.rollout.top_k": Reader(_AGENT_LOOP, "top_k=config.top_k"),
     f"{_AR}.rollout.val_kwargs.n": Reader(_AGENT_LOOP, "config.val_kwargs.n"),
-    f"{_AR}.rollout.val_kwargs.temperature": Reader(_AGENT_LOOP, 'sampling_params["temperature"] = config.val_kwargs.temperature'),
+    f"{_AR}.rollout.val_kwargs.temperature": Reader(
+        _AGENT_LOOP, 'sampling_params["temperature"] = config.val_kwargs.temperature'
+    ),
     f"{_AR}.rollout.val_kwargs.top_p": Reader(_AGENT_LOOP, 'sampling_params["top_p"] = config.val_kwargs.top_p'),
     f"{_AR}.rollout.val_kwargs.top_k": Reader(_AGENT_LOOP, 'sampling_params["top_k"] = config.val_kwargs.top_k'),
     f"{_AR}.rollout.calculate_log_probs": Reader(_AGENT_LOOP, "logprobs=config.calculate_log_probs"),
@@ -285,14 +326,24 @@ READERS: dict[str, Reader | tuple[Reader, ...]] = {
     # the vLLM engine's arguments (verl's vLLMHttpServer); the local server takes max_model_len only
     f"{_AR}.rollout.dtype": Reader(_VLLM, '"dtype": self.config.dtype', _vllm_rollout),
     f"{_AR}.rollout.enforce_eager": Reader(_VLLM, '"enforce_eager": self.config.enforce_eager', _vllm_rollout),
-    f"{_AR}.rollout.enable_sleep_mode": Reader(_VLLM, '"enable_sleep_mode": self.config.enable_sleep_mode', _vllm_rollout),
+    f"{_AR}.rollout.enable_sleep_mode": Reader(
+        _VLLM, '"enable_sleep_mode": self.config.enable_sleep_mode', _vllm_rollout
+    ),
     f"{_AR}.rollout.max_num_batched_tokens": Reader(
         _VLLM, '"max_num_batched_tokens": self.config.max_num_batched_tokens', _vllm_rollout
     ),
     # engine_kwargs.vllm.* go to vLLM's engine arguments as they are (``**engine_kwargs``)
     f"{_AR}.rollout.engine_kwargs.vllm.block_size": Reader(
-        "vllm/engine/arg_utils.py", "block_size: int | None = None", _vllm_rollout,
-        via=((_VLLM, "engine_kwargs = self.config.get(\"engine_kwargs\", {}).get(self._get_engine_kwargs_key(), {}) or {}"), (_VLLM, "**engine_kwargs,")),
+        "vllm/engine/arg_utils.py",
+        "block_size: int | None = None",
+        _vllm_rollout,
+        via=(
+            (
+                _VLLM,
+                'engine_kwargs = self.config.get("engine_kwargs", {}).get(self._get_engine_kwargs_key(), {}) or {}',
+            ),
+            (_VLLM, "**engine_kwargs,"),
+        ),
     ),
     f"{_AR}.rollout.max_model_len": (
         Reader(_VLLM, '"max_model_len": self.config.max_model_len', _vllm_rollout),
@@ -310,7 +361,7 @@ READERS: dict[str, Reader | tuple[Reader, ...]] = {
             "bucket_size_mb = self.config.checkpoint_engine.update_weights_bucket_megabytes",
             _vllm_rollout,
         ),
-        # separate_async: the standalone replicas' checkpoint engine (dfpo/cpu/checkpoint_engine.py on CPU)
+        # separate_async: the standalone replicas' checkpoint engine (cpu_backend/checkpoint_engine.py on CPU)
         Reader(
             "checkpoint_engine/base.py",
             "bucket_size = self.rollout_config.checkpoint_engine.update_weights_bucket_megabytes << 20",
@@ -319,10 +370,14 @@ READERS: dict[str, Reader | tuple[Reader, ...]] = {
     ),
     # separate_async: the standalone rollout's resources
     f"{_AR}.rollout.nnodes": Reader(
-        "workers/rollout/llm_server.py", "else self.rollout_config.n_gpus_per_node * self.rollout_config.nnodes", _separate_async
+        "workers/rollout/llm_server.py",
+        "else self.rollout_config.n_gpus_per_node * self.rollout_config.nnodes",
+        _separate_async,
     ),
     f"{_AR}.rollout.n_gpus_per_node": Reader(
-        "workers/rollout/llm_server.py", "else self.rollout_config.n_gpus_per_node * self.rollout_config.nnodes", _separate_async
+        "workers/rollout/llm_server.py",
+        "else self.rollout_config.n_gpus_per_node * self.rollout_config.nnodes",
+        _separate_async,
     ),
     # reward (verl 0.9.1's reward loop)
     "reward.custom_reward_function.path": Reader("trainer/ppo/reward.py", "module_path=module_cfg.path"),
@@ -334,7 +389,9 @@ READERS: dict[str, Reader | tuple[Reader, ...]] = {
     "reward.reward_manager.module.path": Reader(
         "trainer/ppo/reward.py", "load_extern_object(module_path=module_cfg.path, object_name=reward_manager_cfg.name)"
     ),
-    "reward.num_workers": Reader("experimental/reward_loop/reward_loop.py", "num_workers = self.config.reward.num_workers"),
+    "reward.num_workers": Reader(
+        "experimental/reward_loop/reward_loop.py", "num_workers = self.config.reward.num_workers"
+    ),
     # trainer
     "trainer.project_name": Reader(_TRAINER, "project_name=self.config.trainer.project_name"),
     "trainer.experiment_name": Reader(_TRAINER, "experiment_name=self.config.trainer.experiment_name"),
@@ -355,7 +412,7 @@ READERS: dict[str, Reader | tuple[Reader, ...]] = {
         _TRAINER,
         'self.config.trainer.v1.get(self.trainer_mode, {}).get("parameter_sync_step", 1)',
         _separate_async,
-        via=(("dfpo/trainer.py", "return self.verl_mode"),),
+        via=(("dfpo/verl/trainer.py", "return self.verl_mode"),),
     ),
     "trainer.device": Reader(_TRAINER, 'wg_kwargs["device_name"] = self.config.trainer.device'),
     # TransferQueue (verl's TaskRunner: tq.init(config.transfer_queue)) starts this many storage actors
@@ -365,9 +422,13 @@ READERS: dict[str, Reader | tuple[Reader, ...]] = {
         _simple_storage,
         via=(("trainer/main_ppo.py", "tq.init(config.transfer_queue)"),),
     ),
-    # Ray's own resources (dfpo.main's driver drops them when RAY_ADDRESS names a running cluster: dfpo/driver.py)
-    "ray_kwargs.ray_init.num_cpus": Reader("ray/_private/worker.py", "num_cpus: Optional[int] = None,", via=(_RAY_INIT,)),
-    "ray_kwargs.ray_init.num_gpus": Reader("ray/_private/worker.py", "num_gpus: Optional[int] = None,", via=(_RAY_INIT,)),
+    # Ray's own resources (dfpo.main's driver drops them when RAY_ADDRESS names a running cluster: dfpo/launch/driver_setup.py)
+    "ray_kwargs.ray_init.num_cpus": Reader(
+        "ray/_private/worker.py", "num_cpus: Optional[int] = None,", via=(_RAY_INIT,)
+    ),
+    "ray_kwargs.ray_init.num_gpus": Reader(
+        "ray/_private/worker.py", "num_gpus: Optional[int] = None,", via=(_RAY_INIT,)
+    ),
     "ray_kwargs.ray_init.object_store_memory": Reader(
         "ray/_private/worker.py", "object_store_memory: Optional[int] = None,", via=(_RAY_INIT,)
     ),
@@ -378,11 +439,14 @@ READERS: dict[str, Reader | tuple[Reader, ...]] = {
         _file_logger,
         via=(_RUNTIME_ENV, ("utils/tracking.py", 'if "file" in default_backend:')),
     ),
-    # the platform of every process: verl's PlatformRegistry and dfpo's CPU backend (dfpo/cpu/selection.py)
+    # the platform of every process: verl's PlatformRegistry and dfpo's CPU backend (cpu_backend/selection.py)
     "ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM": Reader(
         "plugin/platform/platform_manager.py",
         'env_platform = os.environ.get("VERL_PLATFORM", "").strip().lower()',
-        via=(_RUNTIME_ENV, ("dfpo/cpu/selection.py", 'os.environ.get("VERL_PLATFORM", "").strip().lower() == CPU_PLATFORM_NAME')),
+        via=(
+            _RUNTIME_ENV,
+            ("cpu_backend/selection.py", 'os.environ.get("VERL_PLATFORM", "").strip().lower() == CPU_PLATFORM_NAME'),
+        ),
     ),
     # torch's threads in every Ray process: Ray sets OMP_NUM_THREADS to an actor's CPUs (1 when it asks
     # for none) only where the variable is unset; torch's thread pool then reads it
@@ -395,7 +459,10 @@ READERS: dict[str, Reader | tuple[Reader, ...]] = {
     ),
     # vLLM's CPU workers bind their OpenMP threads from it (auto: vLLM's own NUMA binding)
     "ray_kwargs.ray_init.runtime_env.env_vars.VLLM_CPU_OMP_THREADS_BIND": Reader(
-        "vllm/utils/ompmultiprocessing.py", "vllm_mask = envs.VLLM_CPU_OMP_THREADS_BIND", _vllm_on_cpu, via=(_RUNTIME_ENV,)
+        "vllm/utils/ompmultiprocessing.py",
+        "vllm_mask = envs.VLLM_CPU_OMP_THREADS_BIND",
+        _vllm_on_cpu,
+        via=(_RUNTIME_ENV,),
     ),
 }
 

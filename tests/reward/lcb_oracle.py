@@ -91,7 +91,7 @@ def lcb_verdict(results: list, n_tests: int) -> str:
     """
     if len(results) == n_tests and all(entry is True for entry in results):
         return "correct"
-    first = next(entry for entry in results if not (entry is True))
+    first = next(entry for entry in results if entry is not True)
     if first is False or first == -2:
         return "wrong_answer"
     if first in (-3, -1):

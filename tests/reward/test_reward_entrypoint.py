@@ -24,8 +24,16 @@ ADD_PROGRAM = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
 
 def test_source_names_are_the_agreed_ones():
     assert sources.MATH_SOURCES == (
-        "math_dapo", "aime24", "aime25", "hmmt25", "math500", "deepscaler", "arithmetic", "arithmetic_test",
-        "digit_sums", "digit_sums_test",
+        "math_dapo",
+        "aime24",
+        "aime25",
+        "hmmt25",
+        "math500",
+        "deepscaler",
+        "arithmetic",
+        "arithmetic_test",
+        "digit_sums",
+        "digit_sums_test",
     )
     assert sources.CODE_SOURCES == ("livecodebench", "deepcoder", "primeintellect")
     assert all(sources.source_kind(name) == "math" for name in sources.MATH_SOURCES)

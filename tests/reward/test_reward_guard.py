@@ -65,9 +65,7 @@ def test_the_default_bound_follows_the_scorers_own_limit_so_long_code_runs_are_n
 
     options = RewardOptions()
     assert score.call_deadline_s("math", "5", options) == options.math_timeout_s + score.GUARD_MARGIN_S
-    many_tests = json.dumps(
-        {"fn_name": None, "tests": [{"input": "1\n", "output": "1\n", "testtype": "stdin"}] * 120}
-    )
+    many_tests = json.dumps({"fn_name": None, "tests": [{"input": "1\n", "output": "1\n", "testtype": "stdin"}] * 120})
     # LiveCodeBench's whole-run limit for 120 tests at 6 s: (6 + 1) * 120 + 5 = 845 CPU seconds, backed
     # by 3 x 845 s of wall-clock time from the run's slot; before it, up to 600 s of waiting for the slot,
     # after it the teardown

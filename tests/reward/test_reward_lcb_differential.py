@@ -88,7 +88,9 @@ CASES: list[tuple[str, str, str, str]] = [
     ),
     (
         "one Solution instance shared by all tests",
-        fenced("class Solution:\n    calls = 0\n    def count(self, x):\n        self.calls += 1\n        return self.calls"),
+        fenced(
+            "class Solution:\n    calls = 0\n    def count(self, x):\n        self.calls += 1\n        return self.calls"
+        ),
         functional_spec("count", ("7", "1"), ("7", "2"), ("7", "3")),
         "correct",
     ),
@@ -207,7 +209,12 @@ CASES: list[tuple[str, str, str, str]] = [
         "correct",
     ),
     ("open(0) reads the real, empty stdin", fenced("print(open(0).read().strip())"), ECHO, "wrong_answer"),
-    ("sys.stdin.buffer does not exist", fenced("import sys\nprint(sys.stdin.buffer.read().decode())"), ECHO, "runtime_error"),
+    (
+        "sys.stdin.buffer does not exist",
+        fenced("import sys\nprint(sys.stdin.buffer.read().decode())"),
+        ECHO,
+        "runtime_error",
+    ),
     (
         "main guard at the end is unwrapped",
         fenced("def main():\n    print(input())\n\nif __name__ == '__main__':\n    main()"),
@@ -257,8 +264,18 @@ CASES: list[tuple[str, str, str, str]] = [
     ("3.0 equals 3 (Decimal fallback)", fenced("print(float(input()))"), ECHO, "correct"),
     ("1e2 equals 100", fenced("input()\nprint('1e2')"), stdin_spec(("x", "100")), "correct"),
     ("case matters", fenced("input()\nprint('YES')"), stdin_spec(("x", "yes")), "wrong_answer"),
-    ("trailing spaces and blank lines are stripped", fenced("print(input() + '   ')\nprint()\nprint()"), ECHO, "correct"),
-    ("a blank line inside the output counts", fenced("print(1)\nprint()\nprint(2)"), stdin_spec(("", "1\n2")), "wrong_answer"),
+    (
+        "trailing spaces and blank lines are stripped",
+        fenced("print(input() + '   ')\nprint()\nprint()"),
+        ECHO,
+        "correct",
+    ),
+    (
+        "a blank line inside the output counts",
+        fenced("print(1)\nprint()\nprint(2)"),
+        stdin_spec(("", "1\n2")),
+        "wrong_answer",
+    ),
     ("tokens compared per line", fenced("print(1)\nprint(2)"), stdin_spec(("", "1 2")), "wrong_answer"),
     ("exception", fenced("print(input())\nraise ValueError('boom')"), ECHO, "runtime_error"),
     ("syntax error", fenced("def broken(:\n    pass"), ECHO, "runtime_error"),

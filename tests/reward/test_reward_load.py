@@ -94,7 +94,10 @@ def test_math_limit_holds_from_many_callers(callers):
 
 ADD = json.dumps(
     {
-        "tests": [{"input": "1 2\n", "output": "3\n", "testtype": "stdin"}, {"input": "5 7", "output": "12", "testtype": "stdin"}],
+        "tests": [
+            {"input": "1 2\n", "output": "3\n", "testtype": "stdin"},
+            {"input": "5 7", "output": "12", "testtype": "stdin"},
+        ],
         "fn_name": None,
     }
 )
@@ -130,16 +133,19 @@ def test_code_verdicts_do_not_depend_on_load():
     assert [expected for _, expected in jobs].count("correct") == CORRECT_PROGRAMS
     sources = ("livecodebench", "deepcoder", "primeintellect")
     calls = [
-        (lambda response=response, source=sources[k % 3]: compute_score(
-            source, response, ADD, code_test_timeout_s=LOAD_TEST_LIMIT_S
-        ))
+        (
+            lambda response=response, source=sources[k % 3]: compute_score(
+                source, response, ADD, code_test_timeout_s=LOAD_TEST_LIMIT_S
+            )
+        )
         for k, (response, _) in enumerate(jobs)
     ]
     started = time.monotonic()
     results = _run_all(calls)
     elapsed = time.monotonic() - started
     failures = [
-        (k, response[:40], result) for k, ((response, expected), (_, result)) in enumerate(zip(jobs, results))
+        (k, response[:40], result)
+        for k, ((response, expected), (_, result)) in enumerate(zip(jobs, results))
         if result["reason"] != expected or result["scorer_failed"]
     ]
     assert not failures, failures

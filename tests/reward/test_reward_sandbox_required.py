@@ -20,7 +20,9 @@ from reward.sandbox.detect import IsolationReport, is_strong, node_check, refuse
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HOST = socket.gethostname()
-WEAK = IsolationReport(level="rlimits", interpreter="/usr/bin/python3", dedicated_uids=True, weaknesses=("no network isolation",))
+WEAK = IsolationReport(
+    level="rlimits", interpreter="/usr/bin/python3", dedicated_uids=True, weaknesses=("no network isolation",)
+)
 
 
 def path_without_namespace_tools(directory: Path) -> str:
@@ -52,7 +54,10 @@ def test_default_sandbox_refuses_a_weak_level_in_a_gpu_launch_unless_opted_in(mo
     assert detect.default_sandbox() is selected  # CPU runs and tests: as before, no word
     assert capsys.readouterr().err == ""
     monkeypatch.setenv("REWARD_SANDBOX_REQUIRE_STRONG", "1")
-    with pytest.raises(SandboxUnavailable, match=f"node {HOST}: .*weak level rlimits.*install_system_deps.sh.*REWARD_SANDBOX_ALLOW_WEAK=1"):
+    with pytest.raises(
+        SandboxUnavailable,
+        match=f"node {HOST}: .*weak level rlimits.*install_system_deps.sh.*REWARD_SANDBOX_ALLOW_WEAK=1",
+    ):
         detect.default_sandbox()
     monkeypatch.setenv("REWARD_SANDBOX_ALLOW_WEAK", "1")
     assert detect.default_sandbox() is selected and detect.default_sandbox() is selected
@@ -75,7 +80,12 @@ def node_path():
 def _check_cli(tmp_path: Path, node_path: str, **env: str) -> subprocess.CompletedProcess:
     environ = {"PATH": node_path, "HOME": str(tmp_path), **env}
     return subprocess.run(
-        [sys.executable, "-m", "reward.sandbox", "--check", "--require-strong"], cwd=REPO_ROOT, env=environ, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "reward.sandbox", "--check", "--require-strong"],
+        cwd=REPO_ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -84,11 +94,19 @@ def test_node_check_without_bwrap_and_unshare_names_the_node_and_the_fix(tmp_pat
     assert refused.returncode == 1, refused.stdout + refused.stderr
     assert refused.stdout.startswith("isolation level: rlimits\nstrength: WEAK")
     assert f"error: node {HOST}: the code-reward sandbox cannot isolate untrusted code here" in refused.stderr
-    for fix in ("scripts/install_system_deps.sh", "kernel.unprivileged_userns_clone=1", "kernel.apparmor_restrict_unprivileged_userns=0", "REWARD_SANDBOX_ALLOW_WEAK=1"):
+    for fix in (
+        "scripts/install_system_deps.sh",
+        "kernel.unprivileged_userns_clone=1",
+        "kernel.apparmor_restrict_unprivileged_userns=0",
+        "REWARD_SANDBOX_ALLOW_WEAK=1",
+    ):
         assert fix in refused.stderr
     allowed = _check_cli(tmp_path, node_path, REWARD_SANDBOX_ALLOW_WEAK="1")
     assert allowed.returncode == 0, allowed.stderr
-    assert f"WARNING: node {HOST}: REWARD_SANDBOX_ALLOW_WEAK=1: model-written code runs in the WEAK sandbox level rlimits" in allowed.stderr
+    assert (
+        f"WARNING: node {HOST}: REWARD_SANDBOX_ALLOW_WEAK=1: model-written code runs in the WEAK sandbox level rlimits"
+        in allowed.stderr
+    )
 
 
 def test_every_refused_node_is_named(monkeypatch):
@@ -97,7 +115,12 @@ def test_every_refused_node_is_named(monkeypatch):
     monkeypatch.setattr(detect, "_report", WEAK)
     monkeypatch.delenv("REWARD_SANDBOX_ALLOW_WEAK", raising=False)
     here = node_check()
-    assert here["host"] == HOST and here["level"] == "rlimits" and not here["strong"] and f"node {HOST}:" in here["refusal"]
+    assert (
+        here["host"] == HOST
+        and here["level"] == "rlimits"
+        and not here["strong"]
+        and f"node {HOST}:" in here["refusal"]
+    )
     fine = {"host": "gpu-a", "level": "bwrap", "strong": True, "refusal": None}
     refuse_weak_nodes([fine])
     with pytest.raises(SandboxUnavailable, match=rf"weak or missing on 2 of 3 node\(s\) \({HOST}, gpu-c\)"):

@@ -32,14 +32,18 @@ def _ray_context() -> dict:
         if not ray.is_initialized():
             return {}
         context = ray.get_runtime_context()
-        return {"node_id": context.get_node_id(), "job_id": context.get_job_id(), "worker_mode": int(context.worker.mode)}
+        return {
+            "node_id": context.get_node_id(),
+            "job_id": context.get_job_id(),
+            "worker_mode": int(context.worker.mode),
+        }
     except Exception as error:  # a record without the node is still a record
         return {"ray_context_error": repr(error)}
 
 
 def _record() -> None:
-    plugin = sys.modules.get("dfpo.verl_plugin")
-    activate = sys.modules.get("dfpo.cpu.activate")
+    plugin = sys.modules.get("dfpo.verl.plugin")
+    activate = sys.modules.get("cpu_backend.activate")
     registered = False
     try:
         from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY

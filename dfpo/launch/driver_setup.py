@@ -1,0 +1,148 @@
+"""What ``python -m dfpo.main``'s driver does with the composed config before its checks and Ray.
+
+* :func:`resolve` computes every interpolation and resolver of the config
+  (:mod:`dfpo.launch.config_resolvers`) here, in the driver, once: the values the machine decides (a CPU's
+  dtype and threads) and the derived ones (token budgets, paths, the experiment name) are then
+  plain values for the checks, the run's record and every Ray worker.
+* :func:`check_platform`: a config for the CPU backend (``trainer.device=cpu``) needs
+  ``VERL_PLATFORM=cpu`` in the driver's own environment (verl picks its platform when it is
+  imported); the recipes set it.
+* :func:`drop_node_resources_on_a_cluster`: when ``RAY_ADDRESS`` names a running cluster, Ray
+  refuses ``ray.init`` keys that size a node ("When connecting to an existing cluster, num_cpus
+  and num_gpus must not be provided"); there, every node's resources are its ``ray start``'s, so
+  those keys are dropped, saying so.
+* :func:`require_strong_sandbox`: a GPU run that scores code tells its Ray workers to refuse a weak
+  code-reward sandbox (``REWARD_SANDBOX_REQUIRE_STRONG=1`` in their runtime environment), with the
+  launch's opt-in ``REWARD_SANDBOX_ALLOW_WEAK`` passed on.
+* :func:`prepare_example`: ``dfpo.example`` names one of dfpo's examples (the tiny model, the
+  pretrained SmolLM2), whose model and task are written under ``dfpo.output_root`` once
+  (``python -m cpu_examples.prepare``, run only when they are missing or stale).
+* :func:`tee_console`: the driver's output (Ray forwards every worker's) is also appended to
+  ``dfpo.console_log``, one file per run across its launches.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from omegaconf import OmegaConf, open_dict
+
+from cpu_backend.selection import local_backend_selected
+from dfpo.launch import config_resolvers
+
+# Keys of ray.init that Ray refuses when the driver connects to a running cluster
+RAY_INIT_NODE_KEYS = ("num_cpus", "num_gpus", "resources", "labels", "object_store_memory", "_system_config")
+
+
+class DriverSetupError(ValueError):
+    """The config cannot be run from this driver as it stands (the message says what to change)."""
+
+
+def resolve(config) -> None:
+    """Resolve ``config`` in place, registering dfpo's resolvers first; say a CPU config's dtypes."""
+    config_resolvers.register()
+    OmegaConf.resolve(config)
+    config_resolvers.announce_cpu_dtypes(config)
+
+
+def check_platform(config, environ: dict[str, str] | None = None) -> None:
+    environ = os.environ if environ is None else environ
+    if str(config.trainer.device) == "cpu" and environ.get("VERL_PLATFORM", "").strip().lower() != "cpu":
+        raise DriverSetupError(
+            "trainer.device=cpu runs verl on dfpo's CPU backend, which this driver selects only with VERL_PLATFORM=cpu "
+            "in its environment: run VERL_PLATFORM=cpu python -m dfpo.main ... (the CPU recipes set it)"
+        )
+    if local_backend_selected() and str(config.trainer.device) != "cpu":
+        raise DriverSetupError(
+            "VERL_PLATFORM=cpu is set but trainer.device is not cpu: set trainer.device=cpu, or unset VERL_PLATFORM for a GPU run"
+        )
+    if local_backend_selected():
+        # the CPU backend's own verl plugin (cpu_backend.verl_plugin) activated it on `import verl`,
+        # where verl logs a failure at debug level only: here a failure is raised, in the driver
+        from cpu_backend.activate import activate
+
+        activate()
+
+
+def drop_node_resources_on_a_cluster(config, say=print, environ: dict[str, str] | None = None) -> list[str]:
+    """Remove :data:`RAY_INIT_NODE_KEYS` from ``ray_kwargs.ray_init`` when the driver joins a running
+    cluster (``RAY_ADDRESS`` set and not ``local``); returns the keys removed."""
+    environ = os.environ if environ is None else environ
+    address = environ.get("RAY_ADDRESS", "")
+    ray_init = OmegaConf.select(config, "ray_kwargs.ray_init")
+    if not address or address == "local" or ray_init is None:
+        return []
+    dropped = [key for key in RAY_INIT_NODE_KEYS if key in ray_init and ray_init[key] is not None]
+    if dropped:
+        with open_dict(config):
+            for key in dropped:
+                del config.ray_kwargs.ray_init[key]
+        say(
+            f"dfpo: RAY_ADDRESS={address} is a running cluster: its nodes' resources are their ray start's, so not passing ray_kwargs.ray_init.{{{','.join(dropped)}}}"
+        )
+    return dropped
+
+
+def require_strong_sandbox(config, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Tell every Ray worker of a GPU run that scores code (:func:`dfpo.launch.preflight.check_sandbox_isolation`)
+    to refuse a weak sandbox (``REWARD_SANDBOX_REQUIRE_STRONG=1`` in ``ray_kwargs.ray_init.runtime_env.env_vars``),
+    passing the launch's opt-in ``REWARD_SANDBOX_ALLOW_WEAK`` on; returns the variables set. A
+    run-management key: a resumed run compares none of it (dfpo.launch.resume)."""
+    from reward.sandbox.detect import ALLOW_WEAK_ENV, REQUIRE_STRONG_ENV, weak_allowed
+
+    environ = os.environ if environ is None else environ
+    variables = {REQUIRE_STRONG_ENV: "1", **({ALLOW_WEAK_ENV: "1"} if weak_allowed(environ) else {})}
+    for name, value in variables.items():
+        OmegaConf.update(config, f"ray_kwargs.ray_init.runtime_env.env_vars.{name}", value, force_add=True)
+    return variables
+
+
+def prepare_example(config) -> None:
+    """Write ``dfpo.example``'s model and task under ``dfpo.output_root`` (once; a no-op when current:
+    :func:`cpu_examples.prepare.is_prepared`, checked in this process)."""
+    example = OmegaConf.select(config, "dfpo.example")
+    if not example:
+        return
+    root = OmegaConf.select(config, "dfpo.output_root")
+    from cpu_examples.prepare import is_prepared
+
+    try:
+        current = is_prepared(
+            Path(str(root)), str(example)
+        )  # checked here: the command's own imports cost a relaunch 2 s
+    except (OSError, ValueError):  # an unreadable file (JSON, parquet): the command rebuilds it or says what is wrong
+        current = False
+    if current:
+        return
+    command = [sys.executable, "-m", "cpu_examples.prepare", "--model", str(example), "--output-root", str(root)]
+    result = subprocess.run(command, stdout=sys.stderr)
+    if result.returncode != 0:
+        raise DriverSetupError(f"{' '.join(command)} failed (exit status {result.returncode}; see above)")
+
+
+def _ignore_interrupt() -> None:
+    # a scheduler's signal to the whole process group must not end the tee before the driver's
+    # last words (dfpo.operations.preemption's exit 75); the tee ends when the driver's output closes
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.SIG_IGN)
+
+
+def tee_console(path: str | None) -> None:
+    """Append everything this process (and what it runs) writes to stdout and stderr to ``path``
+    too, through one ``tee -a`` per stream (stdout stays stdout, stderr stderr; in the file the two
+    streams' lines keep their own order, not their order against each other). The tees ignore
+    Ctrl-C, SIGTERM and SIGHUP, so the driver's last words reach the file."""
+    if not path:
+        return
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+        tee = subprocess.Popen(
+            ["tee", "-a", path], stdin=subprocess.PIPE, stdout=stream.fileno(), preexec_fn=_ignore_interrupt
+        )
+        os.dup2(tee.stdin.fileno(), stream.fileno())
+        tee.stdin.close()
