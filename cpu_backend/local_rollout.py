@@ -49,7 +49,8 @@ class LocalRolloutReplica(RolloutReplica):
     async def launch_servers(self) -> None:
         if self.world_size != 1:
             raise ValueError(
-                f"the local rollout serves one replica per rank: set actor_rollout_ref.rollout.tensor_model_parallel_size=1 "
+                "the local rollout serves one replica per rank: set "
+                "actor_rollout_ref.rollout.tensor_model_parallel_size=1 "
                 f"(and data/pipeline parallel 1); got a replica world size of {self.world_size}"
             )
         node_id = None

@@ -3,9 +3,10 @@
 torch computes a bfloat16 matmul on an x86-64 CPU with native kernels only where the processor
 has AVX512-BF16 or AMX. On AVX512 without BF16 oneDNN emulates bf16 (converting to fp32: no faster
 than fp32); on AVX2 torch falls back to a reference loop (``at::native::cpublas::cpublas_gemm_impl``).
-Measured on a 2-core AMD EPYC (AVX2, torch 2.11.0): a 1024^3 matmul took 33 ms in float32 and 2,852 ms in bfloat16 (86x), and a quickstart whose actor
-computed in bf16 did not finish one update in 10 minutes; on a processor with AVX512-BF16 the same
-update ran about twice as fast in bf16 as in fp32. So the CPU recipes, the quickstart and the CPU
+Measured on a 2-core AMD EPYC (AVX2, torch 2.11.0): a 1024^3 matmul took 33 ms in float32 and
+2,852 ms in bfloat16 (86x), and a quickstart whose actor computed in bf16 did not finish one update
+in 10 minutes; on a processor with AVX512-BF16 the same update ran about twice as fast in bf16 as in
+fp32. So the CPU recipes, the quickstart and the CPU
 evaluation ask for ``auto`` and get:
 
     bf16  where a short timed probe (a matmul of the SmolLM2 MLP's shape, 256 x 576 x 1536, best

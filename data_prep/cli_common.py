@@ -29,7 +29,8 @@ def add_common_arguments(parser: argparse.ArgumentParser, sources: tuple[str, ..
     parser.add_argument(
         "--no-dedup",
         action="store_true",
-        help="keep repeated problems (dedup is on by default: training sets by normalised statement, evaluation sets by problem id)",
+        help="keep repeated problems (dedup is on by default: training sets by normalised statement, evaluation sets "
+        "by problem id)",
     )
     parser.add_argument(
         "--decontaminate-against",
@@ -37,7 +38,8 @@ def add_common_arguments(parser: argparse.ArgumentParser, sources: tuple[str, ..
         nargs="+",
         default=[],
         metavar="EVAL.parquet",
-        help="prepared evaluation files; rows whose problem matches one of theirs (exact or normalised text) are reported",
+        help="prepared evaluation files; rows whose problem matches one of theirs (exact or normalised text) are "
+        "reported",
     )
     parser.add_argument(
         "--drop-contaminated",

@@ -171,7 +171,8 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--max-tests",
         type=int,
-        help=f"keep at most this many tests per problem (training default {DEFAULT_TRAIN_CAPS.max_tests}; evaluation: all)",
+        help=f"keep at most this many tests per problem (training default {DEFAULT_TRAIN_CAPS.max_tests}; evaluation: "
+        "all)",
     )
     parser.add_argument(
         "--max-test-bytes",

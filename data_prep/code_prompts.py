@@ -10,7 +10,10 @@ problem without starter code (some APPS/TACO rows) names the function to define 
 
 from __future__ import annotations
 
-FORMAT_WITH_STARTER_CODE = "You will use the following starter code to write the solution to the problem and enclose your code within delimiters."
+FORMAT_WITH_STARTER_CODE = (
+    "You will use the following starter code to write the solution to the problem and enclose your code within "
+    "delimiters."
+)
 FORMAT_STDIN = (
     "Read the inputs from stdin solve the problem and write the answer to stdout (do not directly test on the sample "
     "inputs). Enclose your code within delimiters as follows. Ensure that when the python program runs, it reads the "
@@ -33,7 +36,10 @@ def render_code_prompt(question: str, starter_code: str, fn_name: str | None) ->
     if starter_code.strip():
         text += f"### Format: {FORMAT_WITH_STARTER_CODE}\n```python\n{starter_code}\n```\n\n"
     elif fn_name is not None:
-        text += f"### Format: {FORMAT_FUNCTION_WITHOUT_STARTER.format(fn_name=fn_name)}\n```python\n# YOUR CODE HERE\n```\n\n"
+        text += (
+            f"### Format: {FORMAT_FUNCTION_WITHOUT_STARTER.format(fn_name=fn_name)}\n"
+            "```python\n# YOUR CODE HERE\n```\n\n"
+        )
     else:
         text += f"### Format: {FORMAT_STDIN}\n```python\n# YOUR CODE HERE\n```\n\n"
     return text + ANSWER_LINE

@@ -135,7 +135,8 @@ def _json_rows(path: Path) -> list[Any]:
         ) from None
     if not isinstance(data, list):
         raise DataPrepError(
-            f"{path}: expected a JSON list of row objects, got {type(data).__name__} (use .jsonl for one object per line)"
+            f"{path}: expected a JSON list of row objects, got {type(data).__name__} (use .jsonl for one object per "
+            "line)"
         )
     return data
 

@@ -42,7 +42,8 @@ class RowSchemaValidator:
         if not isinstance(row, dict) or set(row) != ROW_KEYS:
             fail(
                 "row",
-                f"must have exactly the keys {sorted(ROW_KEYS)}, has {sorted(row) if isinstance(row, dict) else type(row).__name__}",
+                f"must have exactly the keys {sorted(ROW_KEYS)}, has "
+                f"{sorted(row) if isinstance(row, dict) else type(row).__name__}",
             )
         source = row["data_source"]
         if source not in KNOWN_SOURCES:

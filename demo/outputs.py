@@ -65,7 +65,8 @@ def format_table(result: DemoResult) -> str:
         lines.append(
             f"{method.method.name:<18} {s['reward_first']:>4.2f}->{s['reward_last5']:<5.2f} "
             f"{_fmt(s['residual_mean'], '.1e'):>9} {s['preference_drift']:>10.3f} {s['log_prob_drift']:>10.3f} "
-            f"{s['header_entropy_change']:>+9.3f} {s['answer_entropy_change']:>+9.3f} {_fmt(s['residual_max'], '.1e'):>10}"
+            f"{s['header_entropy_change']:>+9.3f} {s['answer_entropy_change']:>+9.3f} "
+            f"{_fmt(s['residual_max'], '.1e'):>10}"
         )
     lines.append("")
     lines.append(
@@ -142,7 +143,7 @@ def write_figure(result: DemoResult, path: Path) -> Path:
         "dfpo_no_stop_grad": "C1",
         "dfpo_scale_0p5": "C5",
     }
-    for ax, (field, title, ylabel) in zip(axes.flat, panels):
+    for ax, (field, title, ylabel) in zip(axes.flat, panels, strict=True):
         for m in result.methods:
             steps = [s.step for s in m.steps]
             values = [getattr(s, field) for s in m.steps]
@@ -173,7 +174,8 @@ def write_figure(result: DemoResult, path: Path) -> Path:
     axes.flat[0].legend(fontsize=8, loc="center right")
     cfg = result.config
     fig.suptitle(
-        f"The learning tax on a shared template header (tiny Qwen3, G={cfg.group_size}, {cfg.prompts_per_step} prompts/step, "
+        f"The learning tax on a shared template header (tiny Qwen3, G={cfg.group_size}, {cfg.prompts_per_step} "
+        "prompts/step, "
         f"{cfg.mini_batches} mini-batches/step, {cfg.optimizer} lr {cfg.learning_rate}, seed {cfg.seed})",
         fontsize=11,
     )

@@ -98,7 +98,8 @@ def outcome_reward(responses: torch.Tensor, response_mask: torch.Tensor, answer:
     """
     if responses.shape != response_mask.shape or responses.dim() != 2 or responses.shape[1] != RESPONSE_LEN:
         raise ValueError(
-            f"responses and response_mask must both be (B, {RESPONSE_LEN}); got {tuple(responses.shape)} and {tuple(response_mask.shape)}"
+            f"responses and response_mask must both be (B, {RESPONSE_LEN}); got {tuple(responses.shape)} and "
+            f"{tuple(response_mask.shape)}"
         )
     if answer.shape != responses.shape[:1]:
         raise ValueError(f"answer must be (B,) = {tuple(responses.shape[:1])}, got {tuple(answer.shape)}")

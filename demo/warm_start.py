@@ -56,7 +56,8 @@ class WarmStartConfig:
     def __post_init__(self) -> None:
         if PROMPT_LEN + HEADER_LEN + self.max_filler + 2 > MAX_SEQUENCE_LEN:
             raise ValueError(
-                f"max_filler={self.max_filler} makes demonstrations longer than the model's {MAX_SEQUENCE_LEN} positions"
+                f"max_filler={self.max_filler} makes demonstrations longer than the model's {MAX_SEQUENCE_LEN} "
+                "positions"
             )
         if not 0.0 <= self.header_variant_fraction <= 1.0:
             raise ValueError(f"header_variant_fraction must lie in [0, 1], got {self.header_variant_fraction}")

@@ -6,9 +6,10 @@ Before Ray starts, :func:`dfpo.launch.preflight.preflight` checks what would oth
 of start-up or learn nothing (the group size, batch sizes and token budgets, multi-node checkpoint
 storage, the checkpoint to resume and whether its run had this config) and prints a GPU run's memory plan;
 a GPU run that scores code stops there unless the code-reward sandbox is strong (or ``REWARD_SANDBOX_ALLOW_WEAK=1``),
-on this node and then, from the TaskRunner, on every Ray node (:func:`check_sandbox_on_every_node`); ``dfpo.dry_run=true`` stops
-there, printing the composed config, without starting Ray. While it runs, :mod:`dfpo.operations.node_watch` ends it within seconds of a lost Ray node, and
-SIGTERM ends it after the step in flight, checkpointed (:mod:`dfpo.operations.preemption`). It is
+on this node and then, from the TaskRunner, on every Ray node (:func:`check_sandbox_on_every_node`);
+``dfpo.dry_run=true`` stops there, printing the composed config, without starting Ray. While it
+runs, :mod:`dfpo.operations.node_watch` ends it within seconds of a lost Ray node, and SIGTERM
+ends it after the step in flight, checkpointed (:mod:`dfpo.operations.preemption`). It is
 verl's ``main_ppo`` with three differences, all through verl's extension points: the config
 is ``dfpo/config/dfpo_trainer.yaml`` (verl's ``ppo_trainer`` plus DFPO's defaults), the Ray
 TaskRunner imports :mod:`dfpo.verl.trainer` so that ``trainer.v1.trainer_mode=dfpo_sync`` (or
@@ -114,7 +115,8 @@ def main(config) -> None:
         preflight(
             config, files=not (config.dfpo.dry_run and config.dfpo.example)
         )  # before Ray: groups, batches, checkpoint storage, the checkpoint to resume, memory
-        # a GPU run that scores code: the strong sandbox here (or REWARD_SANDBOX_ALLOW_WEAK=1, said), and in every Ray worker
+        # a GPU run that scores code: the strong sandbox here (or REWARD_SANDBOX_ALLOW_WEAK=1, said), and in every
+        # Ray worker
         if check_sandbox_isolation(config):
             driver_setup.require_strong_sandbox(config)
     except PreflightError as error:

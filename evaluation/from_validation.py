@@ -67,7 +67,8 @@ def prompt_index(
         text = rendered_prompt(tokenizer, problem, chat_template_kwargs).strip()
         if text in index:
             raise ValueError(
-                f"problems {index[text].problem_id} and {problem.problem_id} have the same prompt: verl's validation dump "
+                f"problems {index[text].problem_id} and {problem.problem_id} have the same prompt: verl's validation "
+                "dump "
                 "names a sample's problem by its prompt only, so these two cannot be told apart"
             )
         index[text] = problem
@@ -139,8 +140,10 @@ def convert(
         if problem is None:
             raise ValueError(
                 f"{where}: its prompt is none of the {len(problems)} problems of {', '.join(map(str, data))} as "
-                f"{getattr(tokenizer, 'name_or_path', 'the tokenizer')}'s chat template renders them; the dump is of other "
-                f"data, another tokenizer, or other chat-template variables. Its prompt ends: {str(record['input'])[-120:]!r}"
+                f"{getattr(tokenizer, 'name_or_path', 'the tokenizer')}'s chat template renders them; the dump is of "
+                "other "
+                "data, another tokenizer, or other chat-template variables. Its prompt ends: "
+                f"{str(record['input'])[-120:]!r}"
             )
         samples[problem.problem_id].append((*_sample_number(record["uid"], where), record))
     absent = [p.problem_id for p in problems if p.problem_id not in samples]
@@ -156,7 +159,8 @@ def convert(
         rows = sorted(samples[problem.problem_id], key=lambda row: row[1])
         if len({uid for uid, _, _ in rows}) != 1:
             raise ValueError(
-                f"{dump}: the samples of {problem.problem_id} come from several validation prompts (the dump mixes validations)"
+                f"{dump}: the samples of {problem.problem_id} come from several validation prompts (the dump mixes "
+                "validations)"
             )
         lines = []
         for index, (_, _, record) in enumerate(rows):
@@ -265,7 +269,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"evaluation.from_validation: {error}") from None
     overall = summary["overall"]
     print(
-        f"{overall['n_problems']} problems x {args.k} samples: avg@{args.k} = {100 * overall['avg@k']:.2f}%; wrote {args.output_dir}"
+        f"{overall['n_problems']} problems x {args.k} samples: avg@{args.k} = {100 * overall['avg@k']:.2f}%; wrote "
+        f"{args.output_dir}"
     )
     return 0
 

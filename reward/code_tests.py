@@ -221,7 +221,7 @@ def stdin_output_matches(actual: str, expected: str) -> bool:
     actual_lines, expected_lines = _stripped_lines(actual), _stripped_lines(expected)
     if len(actual_lines) != len(expected_lines):
         return False
-    for got, want in zip(actual_lines, expected_lines):
+    for got, want in zip(actual_lines, expected_lines, strict=True):
         if got == want:
             continue
         got_numbers, want_numbers = _as_decimals(got), _as_decimals(want)

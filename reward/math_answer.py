@@ -189,7 +189,7 @@ def _compare_bracketed(g: str, p: str) -> bool | None:
     if not (_ordered(*g_values) and _ordered(*p_values)):
         return None  # only proper intervals / increasing pairs: (0,0] is empty
     same_brackets = _effective_brackets(g_match, g_values) == _effective_brackets(p_match, p_values)
-    same_values = all(type(a) is type(b) and a == b for a, b in zip(g_values, p_values))
+    same_values = all(type(a) is type(b) and a == b for a, b in zip(g_values, p_values, strict=True))
     return same_brackets and same_values
 
 
@@ -203,9 +203,9 @@ def _numbers(items: list[str]) -> list[Number] | None:
 
 def _compare_numbers(g: list[Number], p: list[Number]) -> bool | None:
     """Element by element: all equal -> True; one clearly different -> False; else None."""
-    if all(a == b for a, b in zip(g, p)):
+    if all(a == b for a, b in zip(g, p, strict=True)):
         return True
-    if any(a != b and clearly_different(a, b) for a, b in zip(g, p)):
+    if any(a != b and clearly_different(a, b) for a, b in zip(g, p, strict=True)):
         return False
     return None
 

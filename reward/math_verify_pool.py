@@ -16,8 +16,8 @@ worker costs nothing to replace, and when every worker is stuck on slow comparis
 caller that has waited :data:`SURGE_AFTER_S` gets an extra worker (up to ``max_size``),
 so hostile answers cannot starve ordinary ones into timeouts.  Extra workers are ended
 once they have been idle for :data:`RETIRE_IDLE_S` (kept meanwhile, so steady load from
-many threads does not fork and end workers over and over).  The server is started by ``subprocess`` by file path (no fork
-of a threaded parent, no re-import of the parent's ``__main__``), lazily on first use;
+many threads does not fork and end workers over and over).  The server is started by ``subprocess`` by file
+path (no fork of a threaded parent, no re-import of the parent's ``__main__``), lazily on first use;
 everything exits when the parent goes away (EOF on the sockets, or the per-request CPU
 limit if busy), and :func:`atexit` kills what remains.
 """

@@ -93,9 +93,9 @@ def main() -> int:
     )
     print(f"{'':28s}{'vllm':>10s}{'local':>10s}{'vllm/local':>12s}")
     for key in ("wall_s", "startup_s", *TIMINGS, "rollout_probs_diff_max"):
-        v, l = results["vllm"][key], results["local"][key]
+        v, loc = results["vllm"][key], results["local"][key]
         fmt = "{:>10.2e}" if key == "rollout_probs_diff_max" else "{:>10.2f}"
-        print(f"{key:28s}" + fmt.format(v) + fmt.format(l) + (f"{v / l:>12.2f}" if l else f"{'':>12s}"))
+        print(f"{key:28s}" + fmt.format(v) + fmt.format(loc) + (f"{v / loc:>12.2f}" if loc else f"{'':>12s}"))
     return 0
 
 

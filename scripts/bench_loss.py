@@ -76,12 +76,13 @@ def main() -> None:
         batch, length = (int(x) for x in shape.split("x"))
         old, new, adv, mask, groups = make_inputs(batch, length, args.group_size)
 
-        def run_gspo():
+        # the closures bind this shape's inputs (default arguments), not the loop's last ones
+        def run_gspo(new=new, old=old, adv=adv, mask=mask):
             lp = new.clone().requires_grad_(True)
             loss, _ = gspo(old, lp, adv, mask, "seq-mean-token-mean", cfg, None)
             loss.backward()
 
-        def run_dfpo(transform):
+        def run_dfpo(transform, new=new, old=old, adv=adv, mask=mask, groups=groups):
             def run():
                 lp = new.clone().requires_grad_(True)
                 loss, _ = compute_dfpo_loss(old, lp, adv, mask, groups, transform=transform)
@@ -101,7 +102,8 @@ def main() -> None:
             {"batch": batch, "length": length, "median_ms": {k: round(v, 2) for k, v in med.items()}}
         )
         print(
-            f"| {batch} x {length} | {med['gspo']:.1f} | {med['min_replace']:.1f} | {med['min_replace'] / med['gspo']:.3f} "
+            f"| {batch} x {length} | {med['gspo']:.1f} | {med['min_replace']:.1f} | "
+            f"{med['min_replace'] / med['gspo']:.3f} "
             f"| {med['orth_proj']:.1f} | {med['orth_proj'] / med['gspo']:.3f} |"
         )
     print(f"wrote {write_result('loss', str(torch.backends.cpu.get_cpu_capability()), record)}")

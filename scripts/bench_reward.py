@@ -116,7 +116,7 @@ def bench_math(passes: int, corpus: Path) -> list[str]:
         single, verdicts = _timed_passes(fn, reset, rows, passes, 1)
         multi, _ = _timed_passes(fn, reset, rows, passes, 8)
         hard, _ = _timed_passes(fn, reset, hard_rows, passes, 1)
-        correct = sum(v == bool(row["label"]) for v, row in zip(verdicts, rows))
+        correct = sum(v == bool(row["label"]) for v, row in zip(verdicts, rows, strict=True))
         results[name] = (single, multi, hard, correct)
         lines.append(
             f"| {name} | {correct}/{len(rows)} ({correct / len(rows):.1%}) | {single * 1e3:.3f} | "

@@ -89,7 +89,8 @@ def one_run(work_dir: Path, installer: str, number: int) -> dict:
     seconds = round(time.monotonic() - started, 1)
     if done.returncode != 0:
         raise RuntimeError(
-            f"DFPO_INSTALLER={installer} bash scripts/install_env.sh in {project} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+            f"DFPO_INSTALLER={installer} bash scripts/install_env.sh in {project} exited "
+            f"{done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
         )
     listed = subprocess.run(
         [str(project / ".venv" / "bin" / "python"), "-c", LIST_DISTRIBUTIONS],
@@ -163,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"run {number}: round {round_number + 1}, DFPO_INSTALLER={installer}", flush=True)
             result = one_run(work_dir, installer, number)
             print(
-                f"run {number}: {result['seconds']} s, import verl, vllm {result['import_verl_vllm_s']} s, .venv {result['venv_bytes'] / 1e9:.1f} GB, {len(result['distributions'])} distributions",
+                f"run {number}: {result['seconds']} s, import verl, vllm {result['import_verl_vllm_s']} s, .venv "
+                f"{result['venv_bytes'] / 1e9:.1f} GB, {len(result['distributions'])} distributions",
                 flush=True,
             )
             record["runs"].append(result)

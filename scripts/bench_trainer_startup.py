@@ -144,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
             quickstart.say(f"run {number}: round {round_number + 1}, torch.compile {setting}")
             result = one_run(root, shared, setting, number)
             quickstart.say(
-                f"run {number}: ready to fit after {result['ready_to_fit_s']} s, steps {result['steps_s']}, {result['run_s']} s in all"
+                f"run {number}: ready to fit after {result['ready_to_fit_s']} s, steps {result['steps_s']}, "
+                f"{result['run_s']} s in all"
             )
             record["runs"].append(result)
     record["summary"] = summary(record["runs"])

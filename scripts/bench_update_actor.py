@@ -86,10 +86,12 @@ def main() -> None:
             "mini_batches": [],
         }
         print(
-            f"# batch: {args.prompts} prompts x {args.n} responses, responses {args.response_len[0]}-{args.response_len[1]} tokens, micro-batch {args.micro}"
+            f"# batch: {args.prompts} prompts x {args.n} responses, responses "
+            f"{args.response_len[0]}-{args.response_len[1]} tokens, micro-batch {args.micro}"
         )
         print(
-            "| mini-batches | GSPO update_actor (s) | DFPO update_actor (s) | DFPO/GSPO | extra per mini-batch (s) | no-grad forward of a mini-batch (s) |"
+            "| mini-batches | GSPO update_actor (s) | DFPO update_actor (s) | DFPO/GSPO | extra per mini-batch (s) | "
+            "no-grad forward of a mini-batch (s) |"
         )
         print("|---|---|---|---|---|---|")
         for mini_batches in (1, 4):
@@ -104,7 +106,7 @@ def main() -> None:
             meta = h.update_meta_from_config(workers["gspo"].config)
             data = h.with_update_meta(batch, **meta)
             times: dict[str, list[float]] = {k: [] for k in workers}
-            for name, worker in workers.items():
+            for worker in workers.values():
                 worker.update_actor(h.with_update_meta(batch, **meta))  # warm-up
             for _ in range(args.repeats):
                 for name, worker in workers.items():  # interleaved: load drift hits both

@@ -1,6 +1,7 @@
 """Benchmark: vLLM's KV-cache block size on CPU, and what prefix caching then saves, in one run.
 
-    python scripts/bench_vllm_cpu_block_size.py [--output-root /tmp/bench_block_size] [--block-sizes 128 32] [--dtypes float32 bfloat16]
+    python scripts/bench_vllm_cpu_block_size.py [--output-root /tmp/bench_block_size]
+        [--block-sizes 128 32] [--dtypes float32 bfloat16]
 
 vLLM's CPU backend uses KV blocks of 128 tokens unless told otherwise, and its prefix cache reuses
 only whole blocks: the quickstart's prompts are 101-104 tokens, so with the default no prompt ever

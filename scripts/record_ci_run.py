@@ -43,7 +43,8 @@ RECOVERY_LINES = (
     (re.compile(r"2-node cluster up in (\d+) s"), ("cluster_up_s",)),
     (
         re.compile(
-            r"first run: worker node lost after step 1's checkpoint \((\d+) processes killed\); the run ended (\d+) s later"
+            r"first run: worker node lost after step 1's checkpoint \((\d+) processes killed\); the run ended (\d+) s "
+            r"later"
         ),
         ("processes_killed", "node_loss_to_exit_s"),
     ),
@@ -193,7 +194,8 @@ def main() -> int:
     # to the next (docs/cpu.md's CI records), which a launch's chain of imports shows first
     # (benchmark_record.import_seconds)
     code = (
-        "import json, sys, torch; sys.path.insert(0, 'scripts'); from benchmark_record import environment, import_seconds, write_result; "
+        "import json, sys, torch; sys.path.insert(0, 'scripts'); from benchmark_record import environment, "
+        "import_seconds, write_result; "
         "record = json.loads(sys.stdin.read()); record['environment'] = environment(); "
         f"record['import_verl_vllm_s'] = import_seconds(sys.executable, repeats={IMPORT_REPEATS}); "
         "print(write_result('ci_run', str(torch.backends.cpu.get_cpu_capability()), record))"
@@ -203,7 +205,8 @@ def main() -> int:
     )
     if written.returncode != 0:
         print(
-            f"record_ci_run: could not write the record with {python}:\n{written.stderr}\n{json.dumps(record, indent=2)}"
+            "record_ci_run: could not write the record with "
+            f"{python}:\n{written.stderr}\n{json.dumps(record, indent=2)}"
         )
         return returncode or 1
     print(f"record_ci_run: {total:.0f} s in all (set-up {setup_seconds} s); wrote {written.stdout.strip()}")

@@ -1,6 +1,7 @@
 """Benchmark: the quickstart's prompt wording, what it costs and how the start answers, in one run.
 
-    python scripts/screen_sums_prompts.py [--output-root /tmp/sums_prompts] [--templates boxed bare] [--repeats 3] [--seed 1]
+    python scripts/screen_sums_prompts.py [--output-root /tmp/sums_prompts] [--templates boxed bare]
+        [--repeats 3] [--seed 1]
 
 The prompt is most of what the quickstart's actor computes per step (responses are about 8
 tokens), so its length sets a training step's cost. This writes the sums task (the quickstart's

@@ -19,7 +19,8 @@ smallest, the seeds that met the bar, the highest start and the lowest CI lower 
 With ``--sample-memory`` each seed's run also records its memory, sampled every second: the
 machine's (total - available; everything else running on it included) and the run's own (the RSS
 of its process tree: the driver, Ray, its workers, vLLM's engine), each at its peak, and the
-largest processes at the run's peak. Exits 1 if a seed's run failed (its exit status is recorded; the other seeds still run).
+largest processes at the run's peak. Exits 1 if a seed's run failed (its exit status is recorded; the
+other seeds still run).
 """
 
 from __future__ import annotations
@@ -204,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
             run["quickstart"] = json.loads(result_file.read_text())
             held_out = run["quickstart"]["held_out"]
             print(
-                f"[study] seed {seed}: start {held_out['start']['avg@k']:.3f} -> DFPO {held_out.get('dfpo_min_replace', {}).get('avg@k', float('nan')):.3f}",
+                f"[study] seed {seed}: start {held_out['start']['avg@k']:.3f} -> DFPO "
+                f"{held_out.get('dfpo_min_replace', {}).get('avg@k', float('nan')):.3f}",
                 flush=True,
             )
         record["runs"].append(run)

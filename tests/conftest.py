@@ -18,8 +18,8 @@ from tests.e2e.recipe_runs import RecipeRun, run_command
 
 pytest_plugins = ["tests.disk_space"]  # the session's free disk: checked at the start, reported at the end
 
-# The whole CPU mode with its training stage on 2 ranks: about 11 minutes on the slowest 2-core machine measured (AVX2 only);
-# far beyond that something hangs.
+# The whole CPU mode with its training stage on 2 ranks: about 11 minutes on the slowest 2-core machine
+# measured (AVX2 only); far beyond that something hangs.
 CPU_SMOKE_TIMEOUT_S = 1500
 CPU_SMOKE_RANKS = 2
 

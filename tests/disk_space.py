@@ -57,8 +57,10 @@ class DiskWatch:
     def summary(self) -> str:
         end = self.free()
         return (
-            f"disk: {self.start / GB:.1f} GB free under {self.directory} at the start, {self.lowest / GB:.1f} GB at the lowest "
-            f"(at {self.lowest_at}), {end / GB:.1f} GB at the end: the session used up to {(self.start - self.lowest) / GB:.1f} GB"
+            f"disk: {self.start / GB:.1f} GB free under {self.directory} at the start, {self.lowest / GB:.1f} GB at "
+            "the lowest "
+            f"(at {self.lowest_at}), {end / GB:.1f} GB at the end: the session used up to "
+            f"{(self.start - self.lowest) / GB:.1f} GB"
         )
 
 

@@ -66,7 +66,8 @@ ray job submit run (resumed on 2 nodes after the SIGTERM'd launch), followed: 83
 def test_the_two_node_tests_measurements_are_read_from_its_captured_stderr(tmp_path):
     junit = JUNIT.replace(
         '<testcase classname="tests.dfpo.test_loss" name="test_d" time="0.5">',
-        f'<testcase classname="tests.e2e.test_multi_node_cpu" name="test_e" time="9.0"><system-err>{MULTI_NODE_STDERR}</system-err></testcase>'
+        '<testcase classname="tests.e2e.test_multi_node_cpu" name="test_e" '
+        f'time="9.0"><system-err>{MULTI_NODE_STDERR}</system-err></testcase>'
         '<testcase classname="tests.dfpo.test_loss" name="test_d" time="0.5">',
     )
     path = tmp_path / "junit.xml"

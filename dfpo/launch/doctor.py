@@ -11,9 +11,10 @@ installed torch, verl's vLLM module importing); the GPUs, the CUDA build of torc
 driver it needs; the attention kernels the recipes use (flash-attn for Qwen3, ``kernels`` for
 GPT-OSS's sink attention, causal-conv1d and flash-linear-attention for Qwen3-Next); on the CPU
 stack instead, that dfpo's CPU backend fits the installed verl and the memory a CPU run with one
-vLLM engine needs; the code-reward sandbox (strong on the GPU stack, or ``REWARD_SANDBOX_ALLOW_WEAK=1``); and the paths a run reads and writes
-(``MODEL_PATH``, ``DATA_DIR``, ``OUTPUT_ROOT``): present, and on shared storage when ``NNODES`` > 1
-(checkpoint shards are written per rank and resume needs them all at one path).
+vLLM engine needs; the code-reward sandbox (strong on the GPU stack, or
+``REWARD_SANDBOX_ALLOW_WEAK=1``); and the paths a run reads and writes (``MODEL_PATH``,
+``DATA_DIR``, ``OUTPUT_ROOT``): present, and on shared storage when ``NNODES`` > 1 (checkpoint
+shards are written per rank and resume needs them all at one path).
 Prints one line per check; exits 1 when a check fails, 0 otherwise (warnings do not fail).
 """
 
@@ -81,7 +82,7 @@ def read_pins(path: Path) -> dict[str, str]:
 
 def check_python() -> Check:
     found = ".".join(map(str, sys.version_info[:3]))
-    if sys.version_info[:2] < (3, 10):
+    if sys.version_info[:2] < (3, 10):  # noqa: UP036 (doctor reports an interpreter older than the project supports)
         return Check("python", FAIL, found, "use Python 3.10-3.12 (3.11 is what the CPU stack is tested with)")
     return Check("python", OK, found)
 
@@ -530,7 +531,8 @@ def main(argv: list[str] | None = None) -> int:
         print(check.line())
     failed = [c for c in checks if c.status == FAIL]
     print(
-        f"dfpo.launch.doctor: {len(checks)} checks, {len(failed)} failed, {sum(c.status == WARN for c in checks)} warnings"
+        f"dfpo.launch.doctor: {len(checks)} checks, {len(failed)} failed, {sum(c.status == WARN for c in checks)} "
+        "warnings"
     )
     return 1 if failed else 0
 

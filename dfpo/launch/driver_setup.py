@@ -58,7 +58,8 @@ def check_platform(config, environ: dict[str, str] | None = None) -> None:
         )
     if local_backend_selected() and str(config.trainer.device) != "cpu":
         raise DriverSetupError(
-            "VERL_PLATFORM=cpu is set but trainer.device is not cpu: set trainer.device=cpu, or unset VERL_PLATFORM for a GPU run"
+            "VERL_PLATFORM=cpu is set but trainer.device is not cpu: set trainer.device=cpu, or unset VERL_PLATFORM "
+            "for a GPU run"
         )
     if local_backend_selected():
         # the CPU backend's own verl plugin (cpu_backend.verl_plugin) activated it on `import verl`,
@@ -82,7 +83,8 @@ def drop_node_resources_on_a_cluster(config, say=print, environ: dict[str, str] 
             for key in dropped:
                 del config.ray_kwargs.ray_init[key]
         say(
-            f"dfpo: RAY_ADDRESS={address} is a running cluster: its nodes' resources are their ray start's, so not passing ray_kwargs.ray_init.{{{','.join(dropped)}}}"
+            f"dfpo: RAY_ADDRESS={address} is a running cluster: its nodes' resources are their ray start's, so not "
+            f"passing ray_kwargs.ray_init.{{{','.join(dropped)}}}"
         )
     return dropped
 

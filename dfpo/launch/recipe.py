@@ -99,7 +99,8 @@ def _choosing_overrides(environ: dict[str, str]) -> list[str]:
         overrides.append("kl_loss=low_var_kl")
     elif environ.get("KL_LOSS_COEF"):
         raise RecipeError(
-            f"KL_LOSS_COEF={environ['KL_LOSS_COEF']} has no effect without USE_KL_LOSS=true: set USE_KL_LOSS=true or unset KL_LOSS_COEF"
+            f"KL_LOSS_COEF={environ['KL_LOSS_COEF']} has no effect without USE_KL_LOSS=true: set USE_KL_LOSS=true or "
+            "unset KL_LOSS_COEF"
         )
     if not is_true("USE_DYNAMIC_BSZ", environ.get("USE_DYNAMIC_BSZ") or "true"):
         # fixed micro-batches of PPO_MICRO_BATCH_SIZE_PER_GPU / LOG_PROB_MICRO_BATCH_SIZE_PER_GPU
@@ -116,7 +117,8 @@ def _choosing_overrides(environ: dict[str, str]) -> list[str]:
             overrides.append("algorithm.rollout_correction.rollout_is_threshold=2.0")
     elif environ.get("ROLLOUT_IS_THRESHOLD"):
         raise RecipeError(
-            f"ROLLOUT_IS_THRESHOLD={environ['ROLLOUT_IS_THRESHOLD']} has no effect without ROLLOUT_IS (token or sequence): "
+            f"ROLLOUT_IS_THRESHOLD={environ['ROLLOUT_IS_THRESHOLD']} has no effect without ROLLOUT_IS (token or "
+            "sequence): "
             "set ROLLOUT_IS or unset ROLLOUT_IS_THRESHOLD"
         )
     return overrides
@@ -133,7 +135,8 @@ def recipe_overrides(method: str, model: str, environ: dict[str, str], via: str 
     if not environ.get("MODEL_PATH") and not model_sets_path(model):
         example = f"bash {via}" if via else f"python -m dfpo.launch.recipe {method} {model}"
         raise RecipeError(
-            f"MODEL_PATH is not set. Export it to the model's local Hugging Face checkpoint directory, e.g. MODEL_PATH=/path/to/checkpoint {example}"
+            "MODEL_PATH is not set. Export it to the model's local Hugging Face checkpoint directory, e.g. "
+            f"MODEL_PATH=/path/to/checkpoint {example}"
         )
     platform = model_platform(model)
     rollout = environ.get("ROLLOUT_NAME")
@@ -188,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
         via, args = args[1], args[2:]
     if len(args) < 2 or args[0].startswith("-"):
         print(
-            f"usage: python -m dfpo.launch.recipe METHOD MODEL [hydra overrides...]\n  methods: {' '.join(choices('method'))}\n  models: {' '.join(choices('base_model'))}",
+            "usage: python -m dfpo.launch.recipe METHOD MODEL [hydra overrides...]\n  methods: "
+            f"{' '.join(choices('method'))}\n  models: {' '.join(choices('base_model'))}",
             file=sys.stderr,
         )
         return 2

@@ -259,7 +259,8 @@ def knob_overrides(
             if say is not None:
                 where = "the CPU recipes" if knob.platform else "the models whose file sets " + knob.config_key
                 say(
-                    f"dfpo recipe: {knob.name}={value} not passed: it is a setting of {where}, not of this recipe's model"
+                    f"dfpo recipe: {knob.name}={value} not passed: it is a setting of {where}, not of this recipe's "
+                    "model"
                 )
             continue
         overrides.append(f"{knob.key}={hydra_value(knob, value, environ)}")

@@ -92,7 +92,8 @@ def check_resume_config(config, resume_folder: Path | None, say=print) -> None:
     record = resume_folder / RECORD_FILE
     if not record.is_file():
         say(
-            f"dfpo: resuming from {resume_folder}, which has no {RECORD_FILE} (written by another launcher, or an older "
+            f"dfpo: resuming from {resume_folder}, which has no {RECORD_FILE} (written by another launcher, or an "
+            "older "
             "version): the run's settings cannot be compared with this launch's"
         )
         return

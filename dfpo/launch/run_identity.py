@@ -6,12 +6,12 @@ platform files) and verl's own ``ppo_trainer`` config (fixed by verl's version),
 launching machine. :func:`config_digest` hashes
 exactly those, less what only names the run or places its outputs (its experiment name, wherever
 it appears, the launch's time stamp in the file log's name, and the output root where it writes
-and finds what it built there: an output root copied or moved elsewhere keeps its runs' names). Two launches with the same digest compose the same
-config; anything that changes a composed value — a knob, a method file, an extra override, the
-number of ranks, a dtype — changes it. Inputs a config does not show (a dataset's content, a
-model built in code) are passed as ``extra``. What the launching machine resolves by itself (a CPU
-rank's threads, from its cores) is not in the digest; a dtype is, once the caller passes it as a
-knob (the quickstart does).
+and finds what it built there: an output root copied or moved elsewhere keeps its runs' names). Two launches
+with the same digest compose the same config; anything that changes a composed value — a knob, a
+method file, an extra override, the number of ranks, a dtype — changes it. Inputs a config does
+not show (a dataset's content, a model built in code) are passed as ``extra``. What the launching
+machine resolves by itself (a CPU rank's threads, from its cores) is not in the digest; a dtype is,
+once the caller passes it as a knob (the quickstart does).
 
 The quickstart names its runs with it, so that a rerun reuses a checkpoint or an evaluation only
 when it would compute the same thing.

@@ -18,8 +18,8 @@ With it, in the driver:
 3. if the run has not ended ``grace_s`` after the signal (``DFPO_PREEMPT_GRACE_S``, default
    :data:`DEFAULT_GRACE_S`; set it below the scheduler's grace), or on a second SIGTERM at least
    :data:`REPEAT_S` after the first (one stop often arrives twice at once: from the scheduler and
-   forwarded by the batch script), the step is abandoned: the driver is interrupted and exits with the same status; the last complete
-   checkpoint is where a relaunch resumes (verl writes ``latest_checkpointed_iteration.txt``
+   forwarded by the batch script), the step is abandoned: the driver is interrupted and exits with the same
+   status; the last complete checkpoint is where a relaunch resumes (verl writes ``latest_checkpointed_iteration.txt``
    after a checkpoint's files, and ``dfpo.launch.preflight`` checks them before Ray starts).
 
 Either way relaunching the same command resumes (``trainer.resume_mode=auto``). The handler is
@@ -147,7 +147,8 @@ class Preemption:
         if time.monotonic() - self._first_signal_at < REPEAT_S:
             return
         self._say(
-            "dfpo: a second SIGTERM: abandoning the step in flight; a relaunch resumes from the last complete checkpoint"
+            "dfpo: a second SIGTERM: abandoning the step in flight; a relaunch resumes from the last complete "
+            "checkpoint"
         )
         self.abandoned = True
         raise KeyboardInterrupt
@@ -157,7 +158,8 @@ class Preemption:
         if self._ended.is_set():
             return
         self._say(
-            f"dfpo: SIGTERM: finishing the step in flight and saving its checkpoint, then stopping (within {self.grace_s:.0f} s, "
+            "dfpo: SIGTERM: finishing the step in flight and saving its checkpoint, then stopping (within "
+            f"{self.grace_s:.0f} s, "
             f"{GRACE_ENV}; a second SIGTERM abandons the step)"
         )
         try:
@@ -201,7 +203,8 @@ def run_preemptible(run: Callable[[], None], preemption: Preemption | None) -> N
         if not preemption.abandoned:
             raise
         _say(
-            "dfpo: stopped after SIGTERM without finishing the step; relaunch the same command: it resumes from the last complete checkpoint"
+            "dfpo: stopped after SIGTERM without finishing the step; relaunch the same command: it resumes from the "
+            "last complete checkpoint"
         )
         raise SystemExit(PREEMPTED_EXIT_STATUS) from None
     preemption.end()

@@ -8,7 +8,7 @@ Reads verl's file log of one launch and checks, printing one PASS/FAIL line each
   scored alike (every advantage 0: ``critic/advantages/max`` = ``min`` = 0, e.g. no response of a
   weak model right) has a zero gradient by construction; at least one step must have a signal;
 * for DFPO (``--dfpo``): the shared tokens get no net gradient, measured on the loss's own
-  gradient (``actor/dfpo/shared_token_grad_residual``, :mod:`dfpo.verl.shared_token_gradient`) below
+  gradient (``actor/dfpo/shared_token_grad_residual``, :mod:`dfpo.verl.residual_meters`) below
   :func:`shared_gradient_tolerance` of the log-probs' dtype, on the steps where a mini-batch held
   a whole group sharing a prefix; where none did, the weights' residual
   (``actor/dfpo/cancellation_residual_after`` < 1e-6), and the line says so;
@@ -88,7 +88,7 @@ def _gradient_check(log: TrainingLog) -> tuple[bool, str]:
         return False, "finite non-zero gradient: actor/grad_norm not logged"
     adv_max, adv_min = log.get("critic/advantages/max"), log.get("critic/advantages/min")
     signal_steps = []
-    for step, value in zip(grad.steps.tolist(), grad.values.tolist()):
+    for step, value in zip(grad.steps.tolist(), grad.values.tolist(), strict=True):
         if not math.isfinite(value):
             return False, f"finite non-zero gradient: actor/grad_norm = {value} at step {step}"
         spread = [series.values[series.steps == step] for series in (adv_max, adv_min) if series is not None]
@@ -105,7 +105,8 @@ def _gradient_check(log: TrainingLog) -> tuple[bool, str]:
     if not signal_steps:
         return (
             False,
-            f"{text}: no step had a learning signal (every advantage 0: all responses of each group scored alike), so the gradient was never tested; rerun with more steps",
+            f"{text}: no step had a learning signal (every advantage 0: all responses of each group scored alike), so "
+            "the gradient was never tested; rerun with more steps",
         )
     skipped = sorted(set(grad.steps.tolist()) - set(signal_steps))
     return True, text + (f" (steps {skipped}: every advantage 0, no signal)" if skipped else "")
@@ -124,13 +125,18 @@ def _shared_token_check(log: TrainingLog) -> tuple[bool, str]:
     return (
         bool(weights) and max(weights) < WEIGHT_RESIDUAL_TOLERANCE,
         text + "no mini-batch held a whole group with a shared prefix, so the gradient was not measured; "
-        f"the weights' actor/dfpo/cancellation_residual_after = {weights or 'not logged'} (bound {WEIGHT_RESIDUAL_TOLERANCE:g})",
+        f"the weights' actor/dfpo/cancellation_residual_after = {weights or 'not logged'} (bound "
+        f"{WEIGHT_RESIDUAL_TOLERANCE:g})",
     )
 
 
 def _by_step(log: TrainingLog, key: str) -> dict[int, float]:
     series = log.get(key)
-    return {} if series is None else {int(s): float(v) for s, v in zip(series.steps.tolist(), series.values.tolist())}
+    return (
+        {}
+        if series is None
+        else {int(s): float(v) for s, v in zip(series.steps.tolist(), series.values.tolist(), strict=True)}
+    )
 
 
 def _weight_sync_check(log: TrainingLog, rollout_numerics: str) -> tuple[bool, str]:
@@ -173,7 +179,8 @@ def _weight_sync_check(log: TrainingLog, rollout_numerics: str) -> tuple[bool, s
             lines.append(f"step {step}: excess {excess:.3g} vs {bound:.3g}")
         else:
             lines.append(
-                f"step {step}: excess {excess:.3g}, update_kl {update[step - 1]:.2g} too small to tell at {rollout_numerics} (spread {spread:g}), not decisive"
+                f"step {step}: excess {excess:.3g}, update_kl {update[step - 1]:.2g} too small to tell at "
+                f"{rollout_numerics} (spread {spread:g}), not decisive"
             )
     if not decisive:
         return False, text + "; ".join(
@@ -227,7 +234,8 @@ def check_run(
     results.append(
         (
             bool(gap) and all(math.isfinite(v) and v < bound for v in gap),
-            f"rollout log-probs match the actor's ({rollout_numerics} bound {bound:g}): training/rollout_probs_diff_max = {gap or 'not logged'}",
+            f"rollout log-probs match the actor's ({rollout_numerics} bound {bound:g}): "
+            f"training/rollout_probs_diff_max = {gap or 'not logged'}",
         )
     )
     return results
@@ -254,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--weight-sync",
         action="store_true",
-        help="check that each step's rollout sampled with the weights of the step before (needs dfpo_measure_update_kl=true)",
+        help="check that each step's rollout sampled with the weights of the step before (needs "
+        "dfpo_measure_update_kl=true)",
     )
     args = parser.parse_args(argv)
     try:

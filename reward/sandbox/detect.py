@@ -156,9 +156,11 @@ def weak_refusal(report: IsolationReport | None, why: str = "", host: str | None
         f"node {host}: the code-reward sandbox cannot isolate untrusted code here: {has}"
         + (f" [not available: {rejected}]" if rejected else "")
         + (
-            ". Model-written code would run as your user, reading and writing everything you can (Ray's token, shared storage, this repository's reward code)"
+            ". Model-written code would run as your user, reading and writing everything you can (Ray's token, shared "
+            "storage, this repository's reward code)"
             if report and report.level == "unshare"
-            else ". Model-written code would reach the network and the host's files (running as your user, without root: "
+            else ". Model-written code would reach the network and the host's files (running as your user, without "
+            "root: "
             "everything you can read and write, Ray's token and shared storage included)"
         )
         + f". Fix: {FIX}."
@@ -299,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--require-strong",
         action="store_true",
-        help=f"a GPU launch's node check: fail unless the level is strong (bwrap; unshare as root), or {ALLOW_WEAK_ENV}=1",
+        help="a GPU launch's node check: fail unless the level is strong (bwrap; unshare as root), or "
+        f"{ALLOW_WEAK_ENV}=1",
     )
     args = parser.parse_args(argv)
     if not args.check:

@@ -21,9 +21,15 @@ print(json.dumps({
     "local_replica": "local" in RolloutReplicaRegistry._registry,
     "local_adapter": ("local", "async") in base._ROLLOUT_REGISTRY,
     "cpu_engine": "cpu" in EngineRegistry._engines["language_model"].get("fsdp2", {}),
-    "process_group_patched": engine_workers.initialize_global_process_group_ray is not distributed.initialize_global_process_group_ray,
-    "local_checkpoint_engine": "local" in __import__("verl.checkpoint_engine", fromlist=["x"]).CheckpointEngineRegistry._registry,
-    "sharded_save_copies": hasattr(__import__("verl.utils.fsdp_utils", fromlist=["x"]).fsdp2_sharded_save_to_cpu, "__dfpo_copies__"),
+    "process_group_patched": (
+        engine_workers.initialize_global_process_group_ray is not distributed.initialize_global_process_group_ray
+    ),
+    "local_checkpoint_engine": (
+        "local" in __import__("verl.checkpoint_engine", fromlist=["x"]).CheckpointEngineRegistry._registry
+    ),
+    "sharded_save_copies": hasattr(
+        __import__("verl.utils.fsdp_utils", fromlist=["x"]).fsdp2_sharded_save_to_cpu, "__dfpo_copies__"
+    ),
 }))
 """
 

@@ -26,7 +26,7 @@ def reference(q, k, v, lengths, scale):
             for t in range(start, start + length):
                 scores = torch.stack([q[0, t, h] @ k[0, u, hk] * scale for u in range(start, t + 1)])
                 weights = torch.softmax(scores, dim=0)
-                out[0, t, h] = sum(w * v[0, u, hk] for w, u in zip(weights, range(start, t + 1)))
+                out[0, t, h] = sum(w * v[0, u, hk] for w, u in zip(weights, range(start, t + 1), strict=True))
         start += length
     return out
 

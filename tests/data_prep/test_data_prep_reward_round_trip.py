@@ -37,7 +37,8 @@ CODE_SOLUTIONS = {
     "row 0@deepcoder_lcbv5.parquet": "print(input()[::-1])\n",
     "row 1@deepcoder_lcbv5.parquet": "class Solution:\n    def multiply(self, a, b):\n        return a * b\n",
     "row 0@deepcoder_primeintellect.parquet": "n = int(input())\nprint(n * (n + 1) // 2)\n",
-    "row 0@deepcoder_taco.parquet": "def digital_root(n):\n    return n if n < 10 else digital_root(sum(map(int, str(n))))\n",
+    "row 0@deepcoder_taco.parquet": "def digital_root(n):\n    return n if n < 10 else digital_root(sum(map(int, "
+    "str(n))))\n",
     "row 1@deepcoder_taco.parquet": "import sys\nprint(len(sys.stdin.read().split()))\n",
     "vcu_1": "w = int(input())\nprint('YES' if w % 2 == 0 and w > 2 else 'NO')\n",
     "vcu_2": "def squares(n):\n    return [i * i for i in range(1, n + 1)]\n",

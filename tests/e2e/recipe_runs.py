@@ -98,12 +98,12 @@ def run_command(
     watcher.start()
     try:
         output, _ = process.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as expired:
         os.killpg(process.pid, signal.SIGKILL)
         output, _ = process.communicate()
         raise TimeoutError(
             f"{script} did not finish within {timeout_s:.0f} s; last output:\n" + "\n".join(output.splitlines()[-60:])
-        )
+        ) from expired
     finally:
         stop.set()
         watcher.join(timeout=5)

@@ -20,8 +20,8 @@ or time limit sends it): the step in flight finished, its checkpoint saved thoug
 ``trainer.save_freq`` would not have, exit status 75 within the grace (:mod:`dfpo.operations.preemption`);
 then the same recipe through ``ray job submit`` with the knobs in the job's runtime environment,
 followed to completion and resuming after the stopped step: over the three launches every step
-trained once, none lost and none repeated; the token never in a log, a process's arguments or environment, and both nodes
-stopped by the launcher with every process they started gone. Whatever is left at the end is
+trained once, none lost and none repeated; the token never in a log, a process's arguments or environment, and
+both nodes stopped by the launcher with every process they started gone. Whatever is left at the end is
 ended by its process id (other Ray clusters on the machine are left alone).
 """
 
@@ -414,7 +414,8 @@ def first_run(cluster):
     cluster.runs["first"] = run
     seconds_to_exit = time.monotonic() - lost_at
     print(
-        f"first run: worker node lost after step 1's checkpoint ({killed} processes killed); the run ended {seconds_to_exit:.0f} s later",
+        f"first run: worker node lost after step 1's checkpoint ({killed} processes killed); the run ended "
+        f"{seconds_to_exit:.0f} s later",
         file=sys.stderr,
     )
     actors = _new_actors(cluster, before)

@@ -4,9 +4,9 @@ and the GSPO baseline trains through verl's trainer with DFPO's diagnostics and 
 One launch for both (each launch costs 1.5-2 minutes of start-up on 2 cores): verl's trainer runs
 the GSPO baseline's tiny recipe (``recipes/run_gspo_tiny_cpu.sh``) for 3 steps on one rank with a
 bf16 actor and a bf16 vLLM engine (the GPU recipes' numerics; on CPUs without native bf16 it costs
-about 2x the fp32 step here, the model being tiny), its weight sync skipped (the test-only
-``DFPO_TEST_SKIP_WEIGHT_SYNC=1`` of ``dfpo.verl.trainer.DFPOSyncTrainer``: the rollout keeps sampling
-with the first weights) and each update's size measured (``dfpo_measure_update_kl=true``).
+about 2x the fp32 step here, the model being tiny), its weight sync skipped (the test's own
+``DFPOSyncTrainer.on_step_end``, installed in the run's Ray workers by tests/e2e/weight_sync_skipped.py:
+the rollout keeps sampling with the first weights) and each update's size measured (``dfpo_measure_update_kl=true``).
 
 - The check: ``python -m dfpo.operations.run_checks --weight-sync --rollout-numerics bf16`` must fail the
   run, saying the rollout was an update behind, while its per-token gap check (1 nat at bf16)
@@ -27,13 +27,14 @@ with the first weights) and each update's size measured (``dfpo_measure_update_k
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
 
 from dfpo.operations.run_checks import shared_gradient_tolerance
-from dfpo.verl.trainer import SKIP_WEIGHT_SYNC_FOR_TESTS
+from tests.e2e import weight_sync_skipped
 from tests.e2e.recipe_runs import REPO_ROOT, file_log_steps, run_recipe
 
 pytestmark = [
@@ -68,11 +69,13 @@ def stale_gspo_run(tmp_path_factory, tiny_example):
         "ROLLOUT_DTYPE": "bfloat16",
         "PROJECT_NAME": "stale",
         "EXPERIMENT_NAME": "stale",
+        # the setup hook's module (tests.e2e.weight_sync_skipped) importable in every Ray worker
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])),
     }
     args = (
         f"actor_rollout_ref.actor.optim.lr={LR}",
         "actor_rollout_ref.actor.policy_loss.dfpo_measure_update_kl=true",
-        f"+ray_kwargs.ray_init.runtime_env.env_vars.{SKIP_WEIGHT_SYNC_FOR_TESTS}='1'",
+        weight_sync_skipped.HOOK_OVERRIDE,
     )
     run = run_recipe(RECIPE, env, args, timeout_s=900)
     assert run.returncode == 0, run.tail(120)
@@ -83,7 +86,7 @@ def stale_gspo_run(tmp_path_factory, tiny_example):
 
 def test_a_rollout_that_never_got_the_weights_fails_the_weight_sync_check(stale_gspo_run):
     run, log, _ = stale_gspo_run
-    assert f"{SKIP_WEIGHT_SYNC_FOR_TESTS}=1: the updated weights are NOT synced" in run.output
+    assert weight_sync_skipped.SAID in run.output
     command = [
         sys.executable,
         "-m",

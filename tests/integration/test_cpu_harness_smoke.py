@@ -129,7 +129,11 @@ def assert_same_update(actual: dict, reference: dict) -> None:
         # Only meaningful if the update moved this tensor well beyond tolerance.
         assert expected_delta.abs().max() > 10 * atol, name
         torch.testing.assert_close(
-            actual[name] - initial[name], expected_delta, atol=atol, rtol=DELTA_RTOL, msg=lambda m: f"{name}: {m}"
+            actual[name] - initial[name],
+            expected_delta,
+            atol=atol,
+            rtol=DELTA_RTOL,
+            msg=lambda m, name=name: f"{name}: {m}",
         )
 
 

@@ -22,7 +22,8 @@ import torch
 
 from cpu_backend.varlen_attention import CPU_VARLEN_ATTENTION
 from dfpo.algorithm.group_ids import group_ids
-from dfpo.algorithm.group_statistics import compute_group_weights, row_statistics
+from dfpo.algorithm.group_statistics import row_statistics
+from dfpo.algorithm.group_weights import compute_group_weights
 from dfpo.algorithm.loss import compute_dfpo_loss
 from dfpo.algorithm.shared_prefix import shared_prefix_lengths
 from tests.integration import cpu_verl_harness as h
@@ -95,7 +96,8 @@ def rounds(rank, world_size, tmp_path, cases, batch):
         before = h.actor_state_dict(worker)
         rows_per_call = []  # the batch dimension of every model call: 1 when verl packs the micro-batch
         hook = h.actor_module(worker).register_forward_pre_hook(
-            lambda module, args, kwargs: rows_per_call.append(int(kwargs["input_ids"].shape[0])), with_kwargs=True
+            lambda module, args, kwargs, rows=rows_per_call: rows.append(int(kwargs["input_ids"].shape[0])),
+            with_kwargs=True,
         )
         output = worker.update_actor(h.with_update_meta(shard, **h.update_meta_from_config(worker.config)))
         hook.remove()
@@ -257,7 +259,10 @@ def _shared_token_grad_residual(metrics, label, required: bool = True) -> list[f
     assert residual or not required, (label, groups)
     # what was not measured says why: measured ⊆ with a shared prefix ⊆ whole
     counts = zip(
-        groups, metrics["dfpo/shared_token_grad_prefix_groups"], metrics["dfpo/shared_token_grad_whole_groups"]
+        groups,
+        metrics["dfpo/shared_token_grad_prefix_groups"],
+        metrics["dfpo/shared_token_grad_whole_groups"],
+        strict=True,
     )
     assert all(g <= p <= w for g, p, w in counts), (label, metrics)
     assert all(eps == torch.finfo(torch.float32).eps for eps in metrics["dfpo/shared_token_grad_eps"]), label

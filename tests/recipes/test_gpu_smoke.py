@@ -60,7 +60,8 @@ log_path = cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH
 os.makedirs(os.path.dirname(log_path), exist_ok=True)
 with open(log_path, "w") as log:
     for step in range(1, steps + 1):
-        data = {"critic/score/mean": 0.25, "actor/grad_norm": 0.5, "actor/dfpo/shared_token_grad_residual": 3e-8, "actor/dfpo/shared_token_grad_eps": 1.1920928955078125e-07,
+        data = {"critic/score/mean": 0.25, "actor/grad_norm": 0.5, "actor/dfpo/shared_token_grad_residual": 3e-8,
+                "actor/dfpo/shared_token_grad_eps": 1.1920928955078125e-07,
                 "actor/dfpo/old_log_probs_recomputed": 0.0 if bypass else 1.0}
         if not bypass:  # as verl: in bypass mode the actor recomputes nothing, so there is no gap to log
             data["training/rollout_probs_diff_max"] = gap
@@ -187,7 +188,8 @@ def test_gpu_smoke_gpu_mode_commands_compose_in_verl_and_every_key_is_read(defau
     assert bypass.algorithm.rollout_correction.bypass_mode is True
 
 
-@pytest.mark.slow  # not serial: the launch stops before any training (the CPU-mode run is serial by its fixture: tests/conftest.py)
+# not serial: the launch stops before any training (the CPU-mode run is serial by its fixture: tests/conftest.py)
+@pytest.mark.slow
 def test_gpu_smoke_gpu_mode_training_launch_runs_for_real_until_cuda_is_needed(default_run):
     """The GPU mode's 2-step training launch, with exactly the arguments gpu_smoke passes (the GPU
     recipe's settings: packing, dynamic batching, fsdp2, vLLM, device cuda), run through the real

@@ -227,7 +227,8 @@ def test_launcher_starts_ray_in_its_own_session_and_stops_only_that(tmp_path):
         assert os.getsid(pid) == pid  # its own session: a closed terminal does not end it
         call = (tmp_path / "calls.txt").read_text()
         assert call.startswith(
-            "start --head --port=7000 --dashboard-host=10.0.0.1 --dashboard-port=8265 --num-gpus=2 --node-ip-address=10.0.0.1"
+            "start --head --port=7000 --dashboard-host=10.0.0.1 --dashboard-port=8265 --num-gpus=2 "
+            "--node-ip-address=10.0.0.1"
         )
         assert (
             "--num-cpus=4 --block" in call
@@ -267,8 +268,10 @@ def _slurm_stand_ins(tmp_path: Path, log: Path) -> dict[str, str]:
     _stand_in(
         tmp_path,
         "ray",
-        f'if [[ "$1" == start ]]; then echo "ray $* on $FAKE_NODE auth=$RAY_AUTH_MODE token_env=${{RAY_AUTH_TOKEN:-}}" >> {log}; exit 0; fi\n'
-        f'if [[ "$1" == status ]]; then echo "ray $*" >> {log}; echo Active:; grep -c "^ray start" {log} | xargs -I{{}} seq {{}} | sed "s/^/ 1 node_/"; echo; fi\n',
+        'if [[ "$1" == start ]]; then echo "ray $* on $FAKE_NODE auth=$RAY_AUTH_MODE token_env=${RAY_AUTH_TOKEN:-}" '
+        f">> {log}; exit 0; fi\n"
+        f'if [[ "$1" == status ]]; then echo "ray $*" >> {log}; echo Active:; grep -c "^ray start" {log} | xargs '
+        '-I{} seq {} | sed "s/^/ 1 node_/"; echo; fi\n',
     )
     return {
         "PATH": f"{tmp_path}:/usr/bin:/bin",
@@ -288,7 +291,8 @@ def test_slurm_script_starts_the_launcher_on_every_node_then_the_recipe_on_the_h
     env = _slurm_stand_ins(tmp_path, log)
     recipe = tmp_path / "recipe.sh"
     recipe.write_text(
-        f'echo "recipe NNODES=$NNODES GPUS_PER_NODE=$GPUS_PER_NODE RAY_ADDRESS=$RAY_ADDRESS RAY_AUTH_MODE=$RAY_AUTH_MODE '
+        'echo "recipe NNODES=$NNODES GPUS_PER_NODE=$GPUS_PER_NODE RAY_ADDRESS=$RAY_ADDRESS '
+        "RAY_AUTH_MODE=$RAY_AUTH_MODE "
         f'RAY_AUTH_TOKEN_PATH=$RAY_AUTH_TOKEN_PATH $*" >> {log}\n'
     )
     result = subprocess.run(
@@ -303,7 +307,8 @@ def test_slurm_script_starts_the_launcher_on_every_node_then_the_recipe_on_the_h
     calls = log.read_text().splitlines()
     starts = [c for c in calls if c.startswith("ray start")]
     assert starts[0].startswith(
-        "ray start --head --port=6379 --dashboard-host=10.0.0.1 --dashboard-port=8265 --num-gpus=8 --node-ip-address=10.0.0.1"
+        "ray start --head --port=6379 --dashboard-host=10.0.0.1 --dashboard-port=8265 --num-gpus=8 "
+        "--node-ip-address=10.0.0.1"
     )
     assert starts[0].endswith("--block on gpu-a auth=token token_env=")
     workers = starts[1:]
@@ -313,7 +318,10 @@ def test_slurm_script_starts_the_launcher_on_every_node_then_the_recipe_on_the_h
     )
     token_file = tmp_path / ".ray" / "auth_token"
     assert oct(token_file.stat().st_mode & 0o777) == "0o600"
-    recipe_line = f"recipe NNODES=3 GPUS_PER_NODE=8 RAY_ADDRESS=10.0.0.1:6379 RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH={token_file} trainer.save_freq=5"
+    recipe_line = (
+        "recipe NNODES=3 GPUS_PER_NODE=8 RAY_ADDRESS=10.0.0.1:6379 RAY_AUTH_MODE=token "
+        f"RAY_AUTH_TOKEN_PATH={token_file} trainer.save_freq=5"
+    )
     assert recipe_line in calls
     before = calls[: calls.index(recipe_line)]
     assert all(start in before for start in starts), "the recipe ran before every node had started"
@@ -424,7 +432,8 @@ def test_launcher_on_a_gpu_node_without_the_strong_sandbox_stops_before_ray(tmp_
     _stand_in(
         tmp_path,
         "ray",
-        'echo "$* REQUIRE=${REWARD_SANDBOX_REQUIRE_STRONG:-} ALLOW=${REWARD_SANDBOX_ALLOW_WEAK:-}" >> "$HOME/calls.txt"\n'
+        'echo "$* REQUIRE=${REWARD_SANDBOX_REQUIRE_STRONG:-} ALLOW=${REWARD_SANDBOX_ALLOW_WEAK:-}" >> '
+        '"$HOME/calls.txt"\n'
         'echo "Ray runtime started."\ntrap "exit 0" TERM\nwhile true; do sleep 0.1; done\n',
     )
     host = socket.gethostname()
@@ -454,8 +463,8 @@ def test_launcher_on_a_gpu_node_without_the_strong_sandbox_stops_before_ray(tmp_
     try:
         assert allowed.returncode == 0, allowed.stderr
         assert (
-            f"WARNING: node {host}: REWARD_SANDBOX_ALLOW_WEAK=1: model-written code runs in the WEAK sandbox level rlimits"
-            in allowed.stderr
+            f"WARNING: node {host}: REWARD_SANDBOX_ALLOW_WEAK=1: model-written code runs in the WEAK sandbox level "
+            "rlimits" in allowed.stderr
         )
         assert f"node {host}: REWARD_SANDBOX_ALLOW_WEAK is set" in allowed.stderr
         assert (tmp_path / "calls.txt").read_text().strip().endswith("REQUIRE=1 ALLOW=1")

@@ -60,10 +60,14 @@ CPU_SCRIPT = "run_dfpo_min_replace_tiny_cpu.sh"
 # Keys a config file sets that go unread in some modes, and why (see the module's docstring).
 IDLE_FILE_KEYS = {
     "actor_rollout_ref.ref.fsdp_config.model_dtype": "the CPU reference policy's dtype: built only with the KL loss",
-    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": "a model's training token budget: read with dynamic batching only",
-    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": "a model's log-prob token budget: read with dynamic batching only",
-    "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": "the KL loss's reference pass budget: read with dynamic batching only",
-    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": "the KL loss's reference micro-batch: read with fixed micro-batches only",
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": "a model's training token budget: read with dynamic batching "
+    "only",
+    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": "a model's log-prob token budget: read with dynamic "
+    "batching only",
+    "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": "the KL loss's reference pass budget: read with dynamic "
+    "batching only",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": "the KL loss's reference micro-batch: read with fixed "
+    "micro-batches only",
     "actor_rollout_ref.rollout.gpu_memory_utilization": "vLLM's memory share: not read by dfpo's local CPU rollout",
     "actor_rollout_ref.rollout.dtype": "vLLM's dtype: not read by dfpo's local CPU rollout",
     "actor_rollout_ref.rollout.enforce_eager": "a vLLM setting: not read by dfpo's local CPU rollout",
@@ -71,9 +75,12 @@ IDLE_FILE_KEYS = {
     "actor_rollout_ref.rollout.max_model_len": "a vLLM setting: not read by dfpo's local CPU rollout",
     "actor_rollout_ref.rollout.max_num_batched_tokens": "a vLLM setting: not read by dfpo's local CPU rollout",
     "actor_rollout_ref.rollout.engine_kwargs.vllm.block_size": "a vLLM setting: not read by dfpo's local CPU rollout",
-    "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes": "verl's weight sync into vLLM: not used by dfpo's local CPU rollout",
-    "ray_kwargs.ray_init.runtime_env.env_vars.VLLM_CPU_KVCACHE_SPACE": "vLLM's CPU KV cache: no vLLM engine with dfpo's local CPU rollout",
-    "ray_kwargs.ray_init.runtime_env.env_vars.VLLM_CPU_OMP_THREADS_BIND": "vLLM's thread binding: no vLLM engine with dfpo's local CPU rollout",
+    "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes": "verl's weight sync into vLLM: not "
+    "used by dfpo's local CPU rollout",
+    "ray_kwargs.ray_init.runtime_env.env_vars.VLLM_CPU_KVCACHE_SPACE": "vLLM's CPU KV cache: no vLLM engine with "
+    "dfpo's local CPU rollout",
+    "ray_kwargs.ray_init.runtime_env.env_vars.VLLM_CPU_OMP_THREADS_BIND": "vLLM's thread binding: no vLLM engine with "
+    "dfpo's local CPU rollout",
 }
 
 

@@ -6,8 +6,8 @@ project's own readers) and a snippet of the line that reads the key; the tests c
 snippet is really there, so a verl upgrade that stops reading a key is noticed. A key verl declares
 but never reads on this path (``actor.grad_clip``: the engine clips with ``optim.clip_grad``) has no
 entry, and a recipe that sets it fails the tests; nor has ``rollout.val_kwargs.do_sample``, which the V1
-agent loop never reads (validation always samples with the ``val_kwargs`` temperature). ``when`` is the condition under which the reader
-runs at all (e.g. the KL keys only with ``use_kl_loss``).
+agent loop never reads (validation always samples with the ``val_kwargs`` temperature). ``when`` is the
+condition under which the reader runs at all (e.g. the KL keys only with ``use_kl_loss``).
 
 The CPU recipes (``recipes/run_*_cpu.sh``, settings in ``dfpo/config/platform/cpu.yaml``) run the same
 path on dfpo's local CPU backend with one of two rollouts: verl's vLLM rollout on vLLM's CPU build
@@ -106,8 +106,9 @@ _REPOSITORY_PACKAGES = ("dfpo", "cpu_backend", "reward")
 
 
 def source_path(file: str) -> Path:
-    """``dfpo/...``, ``cpu_backend/...``, ``reward/...``: this repository; ``vllm/...``, ``ray/...``, ``transfer_queue/...``: that installed
-    package (found without importing it); anything else: relative to the installed ``verl``."""
+    """``dfpo/...``, ``cpu_backend/...``, ``reward/...``: this repository; ``vllm/...``, ``ray/...``,
+    ``transfer_queue/...``: that installed package (found without importing it); anything else:
+    relative to the installed ``verl``."""
     top = file.split("/", 1)[0]
     if top in _REPOSITORY_PACKAGES:
         return REPO_ROOT / file
@@ -212,19 +213,22 @@ READERS: dict[str, Reader | tuple[Reader, ...]] = {
     f"{_AR}.actor.policy_loss.loss_mode": Reader(_LOSSES, 'config.policy_loss.get("loss_mode", "vanilla")'),
     f"{_AR}.actor.clip_ratio_low": Reader(_CORE, "config.clip_ratio_low", _clipped_loss),
     f"{_AR}.actor.clip_ratio_high": Reader(_CORE, "config.clip_ratio_high", _clipped_loss),
-    # DFPO's own options: read by dfpo/verl/workers.py (the exact pre-pass) and dfpo/verl/loss_fn.py
+    # DFPO's own options: read by dfpo/verl/group_prepass_wiring.py (the exact pre-pass), dfpo/verl/workers.py
+    # (the update-KL probe) and dfpo/verl/loss_fn.py
     f"{_AR}.actor.policy_loss.dfpo_transform": Reader(
-        "dfpo/verl/workers.py", "transform=options.dfpo_transform", _dfpo_loss
+        "dfpo/verl/group_prepass_wiring.py", "transform=options.dfpo_transform", _dfpo_loss
     ),
-    f"{_AR}.actor.policy_loss.dfpo_scale": Reader("dfpo/verl/workers.py", "scale=options.dfpo_scale", _dfpo_loss),
+    f"{_AR}.actor.policy_loss.dfpo_scale": Reader(
+        "dfpo/verl/group_prepass_wiring.py", "scale=options.dfpo_scale", _dfpo_loss
+    ),
     f"{_AR}.actor.policy_loss.dfpo_stop_grad": Reader(
-        "dfpo/verl/workers.py", "stop_grad=options.dfpo_stop_grad", _dfpo_loss
+        "dfpo/verl/group_prepass_wiring.py", "stop_grad=options.dfpo_stop_grad", _dfpo_loss
     ),
     f"{_AR}.actor.policy_loss.dfpo_scope": Reader(
-        "dfpo/verl/workers.py", 'options.dfpo_scope == "shared_prefix"', _dfpo_loss
+        "dfpo/verl/group_prepass_wiring.py", 'options.dfpo_scope == "shared_prefix"', _dfpo_loss
     ),
     f"{_AR}.actor.policy_loss.dfpo_exact_groups": Reader(
-        "dfpo/verl/workers.py", "options.dfpo_exact_groups", _dfpo_loss
+        "dfpo/verl/group_prepass_wiring.py", "options.dfpo_exact_groups", _dfpo_loss
     ),
     f"{_AR}.actor.policy_loss.dfpo_measure_update_kl": Reader(
         "dfpo/verl/workers.py", 'getattr(self._dfpo_config.policy_loss, "dfpo_measure_update_kl", False)', _dfpo_loss
@@ -247,7 +251,8 @@ READERS: dict[str, Reader | tuple[Reader, ...]] = {
     ),
     f"{_AR}.actor.entropy_from_logits_with_chunking": Reader(
         "trainer/config/actor/dp_actor.yaml",
-        "entropy_from_logits_with_chunking: ${oc.select:actor_rollout_ref.actor.entropy_from_logits_with_chunking,False}",
+        "entropy_from_logits_with_chunking: "
+        "${oc.select:actor_rollout_ref.actor.entropy_from_logits_with_chunking,False}",
     ),
     f"{_AR}.actor.fsdp_config.param_offload": Reader(
         _ENGINE, "self._is_offload_param = self.engine_config.param_offload"
@@ -266,7 +271,8 @@ READERS: dict[str, Reader | tuple[Reader, ...]] = {
     ),
     f"{_AR}.actor.fsdp_config.mixed_precision.buffer_dtype": Reader(
         _ENGINE,
-        "mixed_precision = MixedPrecision(param_dtype=param_dtype, reduce_dtype=reduce_dtype, buffer_dtype=buffer_dtype)",
+        "mixed_precision = MixedPrecision(param_dtype=param_dtype, reduce_dtype=reduce_dtype, "
+        "buffer_dtype=buffer_dtype)",
         _fsdp1,
     ),
     f"{_AR}.actor.fsdp_config.use_torch_compile": Reader(_ENGINE, "if self.engine_config.use_torch_compile"),
@@ -422,7 +428,8 @@ READERS: dict[str, Reader | tuple[Reader, ...]] = {
         _simple_storage,
         via=(("trainer/main_ppo.py", "tq.init(config.transfer_queue)"),),
     ),
-    # Ray's own resources (dfpo.main's driver drops them when RAY_ADDRESS names a running cluster: dfpo/launch/driver_setup.py)
+    # Ray's own resources (dfpo.main's driver drops them when RAY_ADDRESS names a running cluster:
+    # dfpo/launch/driver_setup.py)
     "ray_kwargs.ray_init.num_cpus": Reader(
         "ray/_private/worker.py", "num_cpus: Optional[int] = None,", via=(_RAY_INIT,)
     ),

@@ -276,7 +276,8 @@ ADVERSARIAL = {
         "    a, b = map(int, input().split())\n    print(a + b)\nexcept OSError:\n    pass"
     ),
     "kill the parent": (
-        "import os, posix, signal, time\nfor pid in (os.getppid(), 1, -1):\n    try:\n        posix.kill(pid, signal.SIGKILL)\n"
+        "import os, posix, signal, time\nfor pid in (os.getppid(), 1, -1):\n    try:\n        posix.kill(pid, "
+        "signal.SIGKILL)\n"
         "    except OSError:\n        pass\ntime.sleep(1)"
     ),
     "setsid and fork to escape": (

@@ -89,7 +89,8 @@ CASES: list[tuple[str, str, str, str]] = [
     (
         "one Solution instance shared by all tests",
         fenced(
-            "class Solution:\n    calls = 0\n    def count(self, x):\n        self.calls += 1\n        return self.calls"
+            "class Solution:\n    calls = 0\n    def count(self, x):\n        self.calls += 1\n        return "
+            "self.calls"
         ),
         functional_spec("count", ("7", "1"), ("7", "2"), ("7", "3")),
         "correct",
@@ -364,7 +365,7 @@ def both_verdicts():
         theirs = oracle.result()
     return {
         case[0]: (mine, lcb_verdict(result, len(json.loads(case[2])["tests"])))
-        for case, mine, result in zip(CASES, ours, theirs)
+        for case, mine, result in zip(CASES, ours, theirs, strict=True)
     }
 
 

@@ -81,7 +81,7 @@ def test_math_limit_holds_from_many_callers(callers):
     results = _run_all(calls)
     slowest = max(seconds for seconds, _ in results)
     assert slowest <= MATH_LIMIT_S + MARGIN_S, f"a call took {slowest:.1f} s; its limit is {MATH_LIMIT_S} s"
-    for (response, gold, kind), (seconds, result) in zip(jobs, results):
+    for (response, gold, kind), (seconds, result) in zip(jobs, results, strict=True):
         if kind == "hostile":
             assert result["reason"] == "timeout" and result["score"] == 0.0, (response, result)
         elif kind == "exact" or callers <= 8:
@@ -145,7 +145,7 @@ def test_code_verdicts_do_not_depend_on_load():
     elapsed = time.monotonic() - started
     failures = [
         (k, response[:40], result)
-        for k, ((response, expected), (_, result)) in enumerate(zip(jobs, results))
+        for k, ((response, expected), (_, result)) in enumerate(zip(jobs, results, strict=True))
         if result["reason"] != expected or result["scorer_failed"]
     ]
     assert not failures, failures

@@ -132,10 +132,10 @@ def test_extra_workers_are_kept_under_steady_load(monkeypatch):
     try:
         assert pool.compare("\\frac{1}{2}", "0.5", 60).status == "equal"
         statuses: list[str] = []
-        for burst in range(3):
+        for _burst in range(3):
             barrier = threading.Barrier(4)
 
-            def call(k: int) -> None:
+            def call(k: int, barrier: threading.Barrier = barrier) -> None:  # this burst's barrier
                 barrier.wait()
                 statuses.append(pool.compare(f"\\sqrt{{{8 * (k + 2) ** 2}}}", f"{2 * (k + 2)}\\sqrt{{2}}", 60).status)
 

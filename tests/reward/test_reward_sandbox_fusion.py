@@ -92,7 +92,8 @@ def fenced(code: str) -> str:
         ("raise SystemExit(3)", ADD, "wrong_answer"),  # SystemExit ends a stdin test normally (LiveCodeBench)
         ("import sys\nprint(sys.stdin.buffer.read())", ADD, "runtime_error"),  # LiveCodeBench's stdin is a StringIO
         (
-            "def main():\n    a, b = map(int, input().split())\n    print(a + b)\nif __name__ == '__main__':\n    main()",
+            "def main():\n    a, b = map(int, input().split())\n    print(a + b)\nif __name__ == '__main__':\n    "
+            "main()",
             ADD,
             "correct",
         ),

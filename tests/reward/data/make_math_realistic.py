@@ -159,7 +159,8 @@ LINE_TEMPLATES = [
 ]
 WORK = [
     "We set up the equation from the conditions and solve it step by step. Substituting back, every condition holds.",
-    "By symmetry we may assume the first case. Counting the remaining configurations and adding them up gives the total.",
+    "By symmetry we may assume the first case. Counting the remaining configurations and adding them up gives the "
+    "total.",
     "Using the identity $(a+b)^2 = a^2 + 2ab + b^2$ and the given values, we simplify the expression.",
     "Let $n$ be the number of terms. The sum telescopes, leaving only the first and the last terms.",
     "We compute the discriminant, $\\Delta = b^2 - 4ac$, and check which roots lie in the allowed range.",
