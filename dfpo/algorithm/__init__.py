@@ -1,8 +1,10 @@
 """The paper's maths, torch only: W_i and its within-group transforms, the advantage, the loss.
 
 :mod:`~dfpo.algorithm.transforms` (Min-Replace, Eq. 17; Orth-Proj, Eq. 18),
-:mod:`~dfpo.algorithm.group_statistics` (W_i, the transformed W̃_i, per row and per group),
-:mod:`~dfpo.algorithm.loss` (the DFPO policy loss), :mod:`~dfpo.algorithm.advantage` (the
+:mod:`~dfpo.algorithm.group_statistics` (W_i, Â_i and the per-response statistics),
+:mod:`~dfpo.algorithm.group_weights` (the group step W̃ = T(W)), :mod:`~dfpo.algorithm.loss` (the
+DFPO policy loss, per token and per row), :mod:`~dfpo.algorithm.cancellation_residual` (how much
+of a shared token's gradient is left: the learning-tax diagnostics), :mod:`~dfpo.algorithm.advantage` (the
 group-relative outcome advantage), :mod:`~dfpo.algorithm.shared_prefix` (each group's common
 response prefix). Nothing here imports verl: :mod:`dfpo.verl` plugs these into its trainer.
 """

@@ -1,16 +1,18 @@
-"""Per-response and per-group statistics of DFPO: W_i, the transformed W̃_i and the diagnostics.
+"""Per-response statistics of DFPO: the definitions, their checks and the containers that carry them.
 
-Definitions (docs/method.md §3; the paper's Eq. 17/18 live in :mod:`dfpo.algorithm.transforms`):
+Definitions (docs/method.md §3):
 
     δ_{i,t} = log π_θ(y_{i,t}|h_{i,t}) − log π_old(y_{i,t}|h_{i,t}),      L_i = |y_i|
     s_i     = exp( clamp( (1/L_i) Σ_t δ_{i,t}, max=10 ) )                 (GSPO's sequence ratio)
     W_i     = s_i · λ_i,   λ_i = 1/L_i                                    (GSPO, seq-mean-token-mean)
-    W̃      = T(W) within each group (uid)
+    Â_i     = the advantage of response i (one per response: checked)
 
-The group step only needs a handful of scalars per response (:class:`RowStatistics`), so it can
-run on the rows of one call, or on rows gathered from every micro-batch and data-parallel rank
-(:func:`dfpo.verl.group_prepass.exact_group_weights`), with the same code. Everything here is computed in float64: the
-cancellation Σ_i Â_i W̃_i = 0 then holds to ~1e-16 relative.
+The group step W̃ = T(W) (:mod:`dfpo.algorithm.group_weights`, Eq. 17/18 in
+:mod:`dfpo.algorithm.transforms`) only needs a handful of scalars per response
+(:class:`RowStatistics`), so it can run on the rows of one call, or on rows gathered from every
+micro-batch and data-parallel rank (:func:`dfpo.verl.group_prepass.exact_group_weights`), with the
+same code. Everything here is computed in float64: the cancellation Σ_i Â_i W̃_i = 0 then holds
+to ~1e-16 relative.
 """
 
 from __future__ import annotations
@@ -18,8 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 import torch
-
-from dfpo.algorithm.transforms import apply_group_transform, check_transform, compact_group_index, group_min, group_sum
 
 SCOPES: tuple[str, ...] = ("all", "shared_prefix")
 """Valid values of ``scope``: which tokens get W̃_i (the rest keep W_i)."""
@@ -185,76 +185,3 @@ def row_statistics_from_sums(
         scope_mass=sums.mass_in,
         rest_mass=sums.mass_all - sums.mass_in,
     )
-
-
-@dataclass(frozen=True)
-class GroupWeights:
-    """Detached per-response weights after the group step, aligned with the rows they came from.
-
-    ``grad_coef`` c_j = ∂/∂W_j Σ_i Â_i (a_i T(W)_i + b_i W_i) is set for the no-stop-grad ablation:
-    the loss adds −c_j · (W_j(θ) − sg[W_j(θ)]) per row, which reproduces exactly the gradient of
-    differentiating through T(W(θ)) even when the group's rows are in other micro-batches.
-    """
-
-    weights: torch.Tensor  # (B,) float64, W_i
-    transformed: torch.Tensor  # (B,) float64, W̃_i
-    grad_coef: torch.Tensor | None  # (B,) float64 or None (stop-gradient)
-
-    def select(self, index: torch.Tensor) -> GroupWeights:
-        """The rows ``index`` (a LongTensor or bool mask)."""
-        coef = None if self.grad_coef is None else self.grad_coef[index]
-        return GroupWeights(self.weights[index], self.transformed[index], coef)
-
-
-def compute_group_weights(
-    rows: RowStatistics, transform: str = "min_replace", scale: float = 0.5, stop_grad: bool = True
-) -> GroupWeights:
-    """W = s/L, W̃ = T(W) per group, and the no-stop-grad coefficients, over *whole* groups."""
-    check_transform(transform)
-    valid = rows.valid
-    weights = sequence_weights(rows.log_ratio, rows.length)
-    if stop_grad:
-        transformed = apply_group_transform(weights, rows.advantage, rows.group_index, transform, scale, valid)
-        return GroupWeights(weights, transformed, None)
-    leaf = weights.detach().clone().requires_grad_(True)
-    transformed = apply_group_transform(leaf, rows.advantage, rows.group_index, transform, scale, valid)
-    objective = (rows.advantage * (rows.scope_mass * transformed + rows.rest_mass * leaf)).sum()
-    (coef,) = torch.autograd.grad(objective, leaf)
-    return GroupWeights(weights, transformed.detach(), coef)
-
-
-def group_weight_metrics(rows: RowStatistics, group_weights: GroupWeights, prefix: str = "dfpo/") -> dict[str, float]:
-    """Learning-tax diagnostics of a batch of whole groups.
-
-    * ``weight_asymmetry_{before,after}``: mean over groups with ≥ 2 members of
-      (max_i w_i − min_i w_i) / |mean_i w_i|.
-    * ``cancellation_residual_{before,after}``: mean over groups with Σ|Â_i w_i| > 0 of
-      |Σ_i Â_i w_i| / Σ_i |Â_i w_i| — 0 when a token shared by the whole group cancels.
-    * ``negative_weight_frac``: fraction of responses with w̃_i < 0 (Orth-Proj can produce them).
-    * ``weight_{min,mean,max}``: of w̃ over responses.
-    """
-    valid = rows.valid
-    ids, num_groups = compact_group_index(rows.group_index)
-    ones = valid.to(torch.float64)
-    size = group_sum(ones, ids, num_groups)
-    multi = size >= 2
-    metrics: dict[str, float] = {}
-    for tag, w in (("before", group_weights.weights), ("after", group_weights.transformed)):
-        w = torch.where(valid, w, torch.zeros_like(w))
-        w_max = -group_min(-w, ids, num_groups, valid)
-        w_min = group_min(w, ids, num_groups, valid)
-        w_mean = group_sum(w, ids, num_groups) / size.clamp(min=1.0)
-        asym = (w_max - w_min) / w_mean.abs().clamp(min=1e-30)
-        metrics[f"{prefix}weight_asymmetry_{tag}"] = float(asym[multi].mean()) if bool(multi.any()) else 0.0
-        signed = group_sum(rows.advantage * w, ids, num_groups)
-        total = group_sum((rows.advantage * w).abs(), ids, num_groups)
-        has = total > 0
-        residual = signed.abs() / total.clamp(min=1e-300)
-        metrics[f"{prefix}cancellation_residual_{tag}"] = float(residual[has].mean()) if bool(has.any()) else 0.0
-    w_t = group_weights.transformed[valid]
-    n_valid = max(int(valid.sum()), 1)
-    metrics[f"{prefix}negative_weight_frac"] = float((w_t < 0).sum()) / n_valid
-    metrics[f"{prefix}weight_min"] = float(w_t.min()) if w_t.numel() else 0.0
-    metrics[f"{prefix}weight_mean"] = float(w_t.mean()) if w_t.numel() else 0.0
-    metrics[f"{prefix}weight_max"] = float(w_t.max()) if w_t.numel() else 0.0
-    return metrics

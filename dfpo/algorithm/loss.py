@@ -12,28 +12,122 @@ stop-gradient, and drops clipping from the gradient path (a linear estimator):
 
 ρ is verl's rollout-correction IS weight (1 when absent). With ``scope="shared_prefix"`` only the
 tokens of the group's longest common prefix get W̃_i; the others keep W_i. With
-``stop_grad=False`` (ablation) W̃_i(θ) = T(W(θ))_i stays differentiable; that gradient is applied
-per row through the coefficients of :class:`dfpo.algorithm.group_statistics.GroupWeights`, so it is exact
-whichever micro-batch holds the other members of the group.
+``stop_grad=False`` (ablation) W̃_i(θ) = T(W(θ))_i stays differentiable.
+
+Two forms of the same loss:
+
+* :func:`dfpo_loss_per_token` is the formula above, line by line over (B, T) tensors, with each
+  departure from verl's ``gspo`` loss marked; it is the definition, and needs whole groups.
+* :func:`compute_dfpo_loss` (and :func:`dfpo_loss_from_group_weights`, its per-micro-batch part)
+  is the production path: the tested optimisation of the per-token form, equal in value and
+  gradient (tests/dfpo/test_loss_per_token.py), computed from per-row sums so that a micro-batch
+  can use group weights computed over whole groups elsewhere; the no-stop-grad gradient is then
+  applied per row through the coefficients of :class:`dfpo.algorithm.group_weights.GroupWeights`,
+  exact whichever micro-batch holds the other members of the group.
 """
 
 from __future__ import annotations
 
 import torch
 
+from dfpo.algorithm.cancellation_residual import group_weight_metrics
 from dfpo.algorithm.group_statistics import (
-    GroupWeights,
+    LOG_RATIO_CLAMP_MAX,
     TokenSums,
     check_scope,
-    compute_group_weights,
-    group_weight_metrics,
     row_statistics_from_sums,
     sequence_advantages,
     sequence_weights,
     token_sums,
 )
+from dfpo.algorithm.group_weights import GroupWeights, compute_group_weights
 from dfpo.algorithm.shared_prefix import shared_prefix_lengths
-from dfpo.algorithm.transforms import check_transform
+from dfpo.algorithm.transforms import apply_group_transform, check_transform
+
+
+def dfpo_loss_per_token(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    group_index: torch.Tensor,
+    *,
+    transform: str = "min_replace",
+    scope: str = "all",
+    stop_grad: bool = True,
+    scale: float = 0.5,
+    responses: torch.Tensor | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
+    num_sequences: float | None = None,
+    prefix_len: torch.Tensor | None = None,
+    dp_size: int = 1,
+) -> torch.Tensor:
+    """The DFPO loss of a (B, T) batch of whole groups, token by token, in the order of the objective.
+
+    The definition that :func:`compute_dfpo_loss` computes from per-row sums: same arguments
+    (without precomputed group weights), same value and gradient. It keeps (B, T) float64
+    temporaries and needs every member of a group in the batch, so training uses the per-row form.
+    Comments starting ``verl gspo:`` mark where it departs from verl's ``gspo`` policy loss
+    (``compute_policy_loss_gspo`` in verl/trainer/ppo/core_algos.py).
+    """
+    check_transform(transform)
+    check_scope(scope)
+    prefix_len = _scope_prefix_len(scope, prefix_len, responses, response_mask, group_index)
+    mask = response_mask.to(torch.float64)
+    valid = mask.sum(dim=-1) > 0
+
+    # W_i = s_i / L_i: GSPO's sequence ratio s_i = exp((1/L_i) Σ_t δ_{i,t}) over the response length.
+    delta = (log_prob.to(torch.float64) - old_log_prob.to(torch.float64)) * mask
+    length = mask.sum(dim=-1)
+    # verl gspo: clamps log(sg[s_i]·π/sg[π]) per token, which also zeroes a token's gradient when log s_i > 10
+    log_s = torch.clamp(delta.sum(dim=-1) / length.clamp(min=1.0), max=LOG_RATIO_CLAMP_MAX)
+    # verl gspo: its ratio is sg[s_i]·π/sg[π], and 1/L_i comes from seq-mean-token-mean, after the loss
+    weights = sequence_weights(log_s, length)
+
+    # W̃ = T(W) within each group, under stop-gradient: Eq. 17 (Min-Replace) or Eq. 18 (Orth-Proj).
+    seq_adv = sequence_advantages(advantages, response_mask)
+    if stop_grad:  # stop_grad=False is the "no stop-grad" ablation: W̃(θ) = T(W(θ)) is differentiated
+        weights = weights.detach()  # verl gspo: sg[s_i] too, but the weight goes into no transform
+    transformed = apply_group_transform(weights, seq_adv, group_index, transform, scale, valid)  # verl gspo: none
+
+    # Each token's weight: W̃_i on the tokens in scope, W_i on the others (scope="shared_prefix").
+    positions = torch.arange(mask.shape[-1], device=mask.device).unsqueeze(0)
+    in_scope = torch.ones_like(mask, dtype=torch.bool) if prefix_len is None else positions < prefix_len.unsqueeze(-1)
+    token_weight = torch.where(in_scope, transformed.unsqueeze(-1), weights.unsqueeze(-1))
+
+    # The surrogate per token: ℓ_{i,t} = −Â_i · W̃_i · ρ_{i,t} · π_θ/sg[π_θ] · m_{i,t}.
+    log_prob64 = log_prob.to(torch.float64)
+    unit_ratio = torch.exp(log_prob64 - log_prob64.detach())  # value 1, gradient ∇log π_θ(y_{i,t})
+    rho = 1.0 if rollout_is_weights is None else rollout_is_weights.to(torch.float64)
+    # verl gspo: max(−Â·r, −Â·clip(r, 1−ε_low, 1+ε_high)); no clipping here, in value or gradient
+    token_loss = -seq_adv.unsqueeze(-1) * token_weight * rho * unit_ratio * mask
+
+    # Aggregation: L = (1/N) Σ_i Σ_t ℓ_{i,t}, N the sequences of the global mini-batch, times dp_size
+    # (data-parallel all-reduce averages gradients over ranks, as verl's agg_loss).
+    if num_sequences is None:
+        num_sequences = max(int(valid.sum()), 1)
+    # verl gspo: seq-mean-token-mean, Σ_i (1/L_i) Σ_t ℓ / N; here 1/L_i is inside W_i, before T
+    loss = token_loss.sum() / num_sequences * dp_size
+    return loss.to(torch.promote_types(log_prob.dtype, torch.float32))
+
+
+def _scope_prefix_len(
+    scope: str,
+    prefix_len: torch.Tensor | None,
+    responses: torch.Tensor | None,
+    response_mask: torch.Tensor,
+    group_index: torch.Tensor,
+) -> torch.Tensor | None:
+    """(B,) lengths of each row's group's common prefix for ``scope="shared_prefix"``, else None."""
+    if scope == "all":
+        return None
+    if prefix_len is not None:
+        return prefix_len
+    if responses is None:
+        raise ValueError(
+            'scope="shared_prefix" needs `responses` (the response token ids) to find each group\'s common prefix.'
+        )
+    return shared_prefix_lengths(group_index, responses, response_mask, across_ranks=False).to(response_mask.device)
 
 
 def dfpo_loss_from_group_weights(
@@ -108,8 +202,9 @@ def compute_dfpo_loss(
         dp_size: data-parallel world size (the loss is multiplied by it, as verl's agg_loss).
 
     Returns:
-        (loss, metrics); metrics are described in :func:`dfpo.algorithm.group_statistics.group_weight_metrics`
-        and are only computed when the group statistics come from this batch.
+        (loss, metrics); metrics are described in
+        :func:`dfpo.algorithm.cancellation_residual.group_weight_metrics` and are only computed
+        when the group statistics come from this batch.
     """
     check_transform(transform)
     check_scope(scope)
@@ -120,22 +215,14 @@ def compute_dfpo_loss(
     ):
         raise ValueError(
             "old_log_prob, log_prob, advantages and response_mask must have the same (B, T) shape; got "
-            f"{tuple(old_log_prob.shape)}, {tuple(log_prob.shape)}, {tuple(advantages.shape)}, {tuple(response_mask.shape)}"
+            f"{tuple(old_log_prob.shape)}, {tuple(log_prob.shape)}, {tuple(advantages.shape)}, "
+            f"{tuple(response_mask.shape)}"
         )
     if group_index.shape != log_prob.shape[:1]:
         raise ValueError(
             f"group_index must have shape (B,) = {tuple(log_prob.shape[:1])}, got {tuple(group_index.shape)}"
         )
-    if scope == "shared_prefix" and prefix_len is None:
-        if responses is None:
-            raise ValueError(
-                'scope="shared_prefix" needs `responses` (the response token ids) to find each group\'s common prefix.'
-            )
-        prefix_len = shared_prefix_lengths(group_index, responses, response_mask, across_ranks=False).to(
-            log_prob.device
-        )
-    if scope == "all":
-        prefix_len = None
+    prefix_len = _scope_prefix_len(scope, prefix_len, responses, response_mask, group_index)
 
     sums = token_sums(log_prob, old_log_prob, response_mask, rollout_is_weights, prefix_len)
     metrics: dict[str, float] = {}

@@ -23,15 +23,10 @@ from dataclasses import dataclass
 
 import torch
 
+from dfpo.algorithm.cancellation_residual import group_weight_metrics
 from dfpo.algorithm.collectives import all_gather_objects, dp_world
-from dfpo.algorithm.group_statistics import (
-    GroupWeights,
-    RowStatistics,
-    compute_group_weights,
-    group_weight_metrics,
-    row_statistics_from_sums,
-    token_sums,
-)
+from dfpo.algorithm.group_statistics import RowStatistics, row_statistics_from_sums, token_sums
+from dfpo.algorithm.group_weights import GroupWeights, compute_group_weights
 
 
 @dataclass

@@ -6,11 +6,13 @@ unchanged, and around that call:
 
 * for ``loss_mode=dfpo`` it publishes the micro-batch's group ids, prefix lengths and the exact
   group weights of the pre-pass (:mod:`dfpo.verl.micro_batch_groups`) to the registered 7-argument loss;
-* for ``gspo``, ``vanilla`` and ``cispo`` it records the learning-tax diagnostics
-  (:mod:`dfpo.verl.learning_tax`) from the same forward pass, at no extra model cost;
+* for ``gspo``, ``vanilla`` and ``cispo`` it records the learning-tax diagnostics (the
+  cancellation residual of the modulation their loss gives each response,
+  :class:`dfpo.verl.residual_meters.ModulationResidualMeter`) from the same forward pass, at no
+  extra model cost;
 * for every loss mode it records the gradient the returned loss gives the log-probs of each
-  group's shared tokens (:mod:`dfpo.verl.shared_token_gradient`: one autograd pass over the loss's own
-  graph, not the model's).
+  group's shared tokens (:class:`dfpo.verl.residual_meters.GradientResidualMeter`: one autograd
+  pass over the loss's own graph, not the model's).
 """
 
 from __future__ import annotations
@@ -22,10 +24,15 @@ import torch
 from verl.workers.utils.padding import no_padding_2_padding
 
 from dfpo.algorithm.collectives import all_gather_objects
-from dfpo.algorithm.group_statistics import GroupWeights, row_statistics_from_sums, sequence_advantages, token_sums
-from dfpo.verl.learning_tax import SIGN_DEPENDENT_CLIP_LOSSES, SIGN_FREE_CLIP_LOSSES, LearningTaxRecorder
+from dfpo.algorithm.group_statistics import row_statistics_from_sums, sequence_advantages, token_sums
+from dfpo.algorithm.group_weights import GroupWeights
 from dfpo.verl.micro_batch_groups import MicroBatchGroups, micro_batch_groups
-from dfpo.verl.shared_token_gradient import SharedTokenGradientRecorder
+from dfpo.verl.residual_meters import (
+    SIGN_DEPENDENT_CLIP_LOSSES,
+    SIGN_FREE_CLIP_LOSSES,
+    GradientResidualMeter,
+    ModulationResidualMeter,
+)
 
 GROUP_ID_FIELD = "dfpo_group_id"
 PREFIX_LEN_FIELD = "dfpo_prefix_len"
@@ -41,13 +48,13 @@ class DFPOLossFunction:
         self,
         inner: Callable[..., Any],
         actor_config: Any,
-        recorder: LearningTaxRecorder,
-        gradients: SharedTokenGradientRecorder | None = None,
+        modulation: ModulationResidualMeter | None = None,
+        gradients: GradientResidualMeter | None = None,
     ):
         self.inner = inner
         self.config = actor_config
-        self.recorder = recorder
-        self.gradients = gradients if gradients is not None else SharedTokenGradientRecorder()
+        self.modulation = modulation if modulation is not None else ModulationResidualMeter()
+        self.gradients = gradients if gradients is not None else GradientResidualMeter()
 
     @property
     def loss_mode(self) -> str:
@@ -85,11 +92,11 @@ class DFPOLossFunction:
         return output
 
     def reduce(self, dp_group, group_size: int) -> dict[str, float]:
-        """Both recorders' metrics of the mini-batch, from one gather over the data-parallel ranks
+        """Both meters' metrics of the mini-batch, from one gather over the data-parallel ranks
         (collective: every rank must call it once per mini-batch)."""
-        parts = all_gather_objects((self.recorder.take(), self.gradients.take()), dp_group)
+        parts = all_gather_objects((self.modulation.take(), self.gradients.take()), dp_group)
         return {
-            **self.recorder.metrics([part[0] for part in parts]),
+            **self.modulation.metrics([part[0] for part in parts]),
             **self.gradients.metrics([part[1] for part in parts], group_size),
         }
 
@@ -107,9 +114,9 @@ class DFPOLossFunction:
             if mode == "gspo":
                 sums = token_sums(log_prob, padded["old_log_probs"], mask)
                 rows = row_statistics_from_sums(sums, padded["advantages"], mask, group_id)
-                self.recorder.record_gspo(rows, low, high)
+                self.modulation.record_gspo(rows, low, high)
             else:
-                self.recorder.record_token_clip(
+                self.modulation.record_token_clip(
                     group_id,
                     sequence_advantages(padded["advantages"], mask),
                     log_prob - padded["old_log_probs"],

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dfpo.algorithm.group_statistics import GroupWeights
+from dfpo.algorithm.group_weights import GroupWeights
 
 
 @dataclass(frozen=True)

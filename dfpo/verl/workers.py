@@ -28,7 +28,6 @@ from dfpo.algorithm.collectives import all_gather_objects
 from dfpo.algorithm.group_ids import group_ids
 from dfpo.algorithm.shared_prefix import shared_prefix_lengths
 from dfpo.verl.group_prepass import StepRows, exact_group_weights
-from dfpo.verl.learning_tax import LearningTaxRecorder
 from dfpo.verl.loss_config import DFPOPolicyLossConfig
 from dfpo.verl.loss_fn import (
     GRAD_COEF_FIELD,
@@ -38,6 +37,7 @@ from dfpo.verl.loss_fn import (
     WEIGHT_FIELD,
     DFPOLossFunction,
 )
+from dfpo.verl.residual_meters import ModulationResidualMeter as LearningTaxRecorder
 from dfpo.verl.staleness import rollout_ratio_spread
 
 ROW_ID_FIELD = "dfpo_row_id"

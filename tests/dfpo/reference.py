@@ -1,7 +1,9 @@
 """Plain-loop reference of DFPO (docs/method.md §3), written for clarity, used only by tests.
 
 Every quantity is built row by row and group by group with Python loops and autograd, with no
-vectorised trick shared with the implementation under test.
+vectorised trick shared with the implementation under test: both forms of the product's loss, the
+per-row :func:`dfpo.algorithm.loss.compute_dfpo_loss` (test_dfpo_loss.py) and the per-token
+:func:`dfpo.algorithm.loss.dfpo_loss_per_token` (test_loss_per_token.py), are compared with it.
 """
 
 from __future__ import annotations
@@ -43,11 +45,11 @@ def reference_transform(w: list, adv: list, transform: str, scale: float) -> lis
         m = torch.stack(list(w)).min()
         return [m for _ in w]
     if transform == "orth_proj":
-        dot = sum(a * x for a, x in zip(adv, w))
+        dot = sum(a * x for a, x in zip(adv, w, strict=True))
         nn = sum(a * a for a in adv)
         if float(nn) <= 1e-12:
             return list(w)
-        return [x - dot / nn * a for a, x in zip(adv, w)]
+        return [x - dot / nn * a for a, x in zip(adv, w, strict=True)]
     raise ValueError(transform)
 
 
@@ -82,7 +84,7 @@ def reference_dfpo_loss(
     for members in groups.values():
         w = [W[i].detach() if stop_grad else W[i] for i in members]
         out = reference_transform(w, [A[i] for i in members], transform, scale)
-        for i, x in zip(members, out):
+        for i, x in zip(members, out, strict=True):
             Wt[i] = x
     prefix = reference_prefix_lengths(responses, response_mask, group_index) if scope == "shared_prefix" else None
     total = 0.0
@@ -102,7 +104,7 @@ def reference_dfpo_loss(
 def reference_group_advantages(rewards: list[float], uids: list, valid: list[bool], norm: bool, eps: float = 1e-6):
     """Group-relative outcome advantages with math.fsum, padding rows excluded."""
     groups: dict = {}
-    for i, (u, v) in enumerate(zip(uids, valid)):
+    for i, (u, v) in enumerate(zip(uids, valid, strict=True)):
         if v:
             groups.setdefault(u, []).append(i)
     adv = [0.0] * len(rewards)

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from dfpo import compute_dfpo_loss
-from dfpo.algorithm.group_statistics import RowStatistics, compute_group_weights, row_statistics
+from dfpo.algorithm.group_statistics import RowStatistics, row_statistics
+from dfpo.algorithm.group_weights import compute_group_weights
 from dfpo.algorithm.shared_prefix import shared_prefix_lengths
 from tests.dfpo.batches import random_batch
 from tests.dfpo.reference import reference_dfpo_loss, reference_prefix_lengths

@@ -1,4 +1,5 @@
-"""The shared-token residual measured from the loss's autograd gradient (dfpo/verl/shared_token_gradient.py).
+"""The cancellation residual measured from the loss's autograd gradient (dfpo/verl/residual_meters.py,
+GradientResidualMeter; the residual itself: dfpo/algorithm/cancellation_residual.py, gradient_residual).
 
 It must be rounding for DFPO's transforms under stop-gradient and well above it for GSPO's weights
 and for the no-stop-grad ablation — whose weight-based residual (``cancellation_residual_after``)
@@ -9,8 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dfpo.algorithm.cancellation_residual import gradient_residual
 from dfpo.algorithm.loss import compute_dfpo_loss
-from dfpo.verl.shared_token_gradient import SharedTokenGradientRecorder, shared_token_gradient_residual
+from dfpo.verl.residual_meters import GradientResidualMeter
 
 GROUP_SIZE = 4
 PREFIX = 3  # the first three response tokens are the same in every member of a group
@@ -47,7 +49,7 @@ def _residual(
 ) -> tuple[float, int, dict]:
     old, new, advantages, mask, group_index, prefix_len = _batch(lengths_by_group=lengths_by_group)
     loss, metrics = compute_dfpo_loss(old, new, advantages, mask, group_index, transform=transform, stop_grad=stop_grad)
-    recorder = SharedTokenGradientRecorder()
+    recorder = GradientResidualMeter()
     identity = lambda t: t  # noqa: E731  (the log-probs are already (B, T) response positions)
     if split:  # the same rows in two micro-batches, each with its own slice of the gradient
         (grad,) = torch.autograd.grad(loss, new)
@@ -102,10 +104,10 @@ def test_only_whole_groups_with_a_shared_gradient_count():
     prefix = torch.tensor([2, 2, 1, 1, 1, 0, 0])
     grad = torch.tensor([[1.0, 2.0], [-1.0, -1.0], [1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [3.0, 3.0], [1.0, 1.0]])
     # group 0: |0| + |1| over 1 + 2 + 1 + 1 = 1/5; group 1 has 3 rows (not 2); group 2 shares nothing
-    residual, groups = shared_token_gradient_residual(gid, prefix, grad, group_size=2)
+    residual, groups = gradient_residual(gid, prefix, grad, group_size=2)
     assert (residual, groups) == (pytest.approx(0.2), 1)
     zero = torch.zeros_like(grad)
-    assert shared_token_gradient_residual(gid, prefix, zero, group_size=2) == (0.0, 0)
+    assert gradient_residual(gid, prefix, zero, group_size=2) == (0.0, 0)
 
 
 def test_the_metrics_say_why_a_group_was_not_measured():
@@ -115,7 +117,7 @@ def test_the_metrics_say_why_a_group_was_not_measured():
     gid = torch.tensor([0, 0, 1, 2, 2, 3, 3])
     prefix = torch.tensor([2, 2, 1, 0, 0, 1, 1])
     grad = torch.tensor([[1.0, 2.0], [-1.0, -1.0], [1.0, 0.0], [3.0, 3.0], [1.0, 1.0], [0.0, 5.0], [0.0, 5.0]])
-    recorder = SharedTokenGradientRecorder(rows=[(gid, prefix, grad)], eps=1e-7)
+    recorder = GradientResidualMeter(rows=[(gid, prefix, grad)], eps=1e-7)
     out = recorder.reduce(None, 2)
     assert out == {
         "dfpo/shared_token_grad_residual": pytest.approx(0.2),
@@ -124,7 +126,7 @@ def test_the_metrics_say_why_a_group_was_not_measured():
         "dfpo/shared_token_grad_prefix_groups": 2.0,
         "dfpo/shared_token_grad_eps": 1e-7,
     }
-    recorder = SharedTokenGradientRecorder(rows=[(gid, prefix, torch.zeros_like(grad))], eps=1e-7)
+    recorder = GradientResidualMeter(rows=[(gid, prefix, torch.zeros_like(grad))], eps=1e-7)
     assert recorder.reduce(None, 2) == {
         "dfpo/shared_token_grad_groups": 0.0,
         "dfpo/shared_token_grad_whole_groups": 3.0,
@@ -134,7 +136,7 @@ def test_the_metrics_say_why_a_group_was_not_measured():
 
 
 def test_no_gradient_is_recorded_outside_autograd():
-    recorder = SharedTokenGradientRecorder()
+    recorder = GradientResidualMeter()
     old, new, advantages, mask, group_index, prefix_len = _batch()
     with torch.no_grad():
         loss, _ = compute_dfpo_loss(old, new, advantages, mask, group_index)

@@ -261,7 +261,7 @@ def test_the_run_computes_in_what_the_precision_rule_picks_and_says_why(quicksta
 
 
 def test_dfpo_gives_the_shared_tokens_of_the_real_model_no_net_gradient(quickstart):
-    """Measured on the gradient verl backpropagated (dfpo/verl/shared_token_gradient.py). One mini-batch
+    """Measured on the gradient verl backpropagated (dfpo/verl/residual_meters.py). One mini-batch
     per step holds every group whole, whatever verl's micro-batching did; a whole group is measured
     when its responses share a prefix (``\\boxed{`` opens most) and their rewards differ. Over the
     README's ten steps several steps have such groups; the one-step run samples four groups, and
