@@ -1,4 +1,4 @@
-"""DFPO — Drift-Fixing Policy Optimization (arXiv 2604.13088) for verl 0.9.1.
+"""DFPO (arXiv 2604.13088, "Token Gradient Cancellation"; the paper never expands the acronym) for verl 0.9.1.
 
 Public API (pure tensor functions: importing dfpo imports no verl module, but it requires the
 supported verl release to be installed — :func:`dfpo.verl.version.check_verl_version`):

@@ -107,7 +107,7 @@ def render_main_job_runs(files: list[Path], prefix: str) -> str:
         "after set-up (s)",
     ]
     rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for path, data, run in runs:
+    for _path, data, run in runs:
         q, h = run["quickstart"], run["quickstart"]["held_out"]
         cells = [
             f"{data['environment']['date'][:16].replace('T', ' ')} UTC, commit {data['environment']['commit']}",
@@ -132,7 +132,8 @@ def render_quickstart_seeds(files: list[Path], view: str | None, prefix: str) ->
         return render_main_job_runs(files, prefix)
     if len(files) != 1:
         raise ResultsError(
-            f"a quickstart_seeds block names one file (several only in the main_job view), got {[f.name for f in files]}"
+            "a quickstart_seeds block names one file (several only in the main_job view), got "
+            f"{[f.name for f in files]}"
         )
     path = files[0]
     data = json.loads(path.read_text())
@@ -141,20 +142,26 @@ def render_quickstart_seeds(files: list[Path], view: str | None, prefix: str) ->
         raise ResultsError(f"{path.name}: no seed finished")
     if view in (None, "seeds"):
         rows = [
-            "| seed | start avg@8 (95 % CI) | DFPO (Min-Replace) avg@8 (95 % CI) | gain (points) | bar met (`target_met`) | run (s) |",
+            "| seed | start avg@8 (95 % CI) | DFPO (Min-Replace) avg@8 (95 % CI) | gain (points) | bar met "
+            "(`target_met`) | run (s) |",
             "|---|---|---|---|---|---|",
         ]
         for run in runs:
             h = run["quickstart"]["held_out"]
             rows.append(
-                f"| {run['seed']} | {cell(h['start'])} | {cell(h['dfpo_min_replace'])} | {100 * h['dfpo_gain']:+.1f} | {'yes' if h['target_met'] else 'no'} | {run['seconds']:.0f} |"
+                f"| {run['seed']} | {cell(h['start'])} | {cell(h['dfpo_min_replace'])} | {100 * h['dfpo_gain']:+.1f} "
+                f"| {'yes' if h['target_met'] else 'no'} | {run['seconds']:.0f} |"
             )
         s = data["summary"]
         rows.append("")
         rows.append(
-            f"{len(runs)} seed{'s' if len(runs) > 1 else ''}; gains {', '.join(f'{100 * g:+.1f}' for g in s['dfpo_gains'])} points (smallest {100 * s['min_dfpo_gain']:+.1f}); "
-            f"bar met in {len(s['target_met_seeds'])} of {len(runs)}; highest start {pct(s['max_start'])} %, lowest DFPO CI lower end "
-            f"{pct(s['min_dfpo_ci_low'])} %. {capability(runs[0])}. {machine(data)}. File: {link(path, prefix)}, written by `{data['command']}`."
+            f"{len(runs)} seed{'s' if len(runs) > 1 else ''}; gains "
+            f"{', '.join(f'{100 * g:+.1f}' for g in s['dfpo_gains'])} points (smallest "
+            f"{100 * s['min_dfpo_gain']:+.1f}); "
+            f"bar met in {len(s['target_met_seeds'])} of {len(runs)}; highest start {pct(s['max_start'])} %, lowest "
+            "DFPO CI lower end "
+            f"{pct(s['min_dfpo_ci_low'])} %. {capability(runs[0])}. {machine(data)}. File: {link(path, prefix)}, "
+            f"written by `{data['command']}`."
         )
         return "\n".join(rows)
     if view == "main_job":
@@ -165,7 +172,8 @@ def render_quickstart_seeds(files: list[Path], view: str | None, prefix: str) ->
         rows.append("")
         q = run["quickstart"]
         rows.append(
-            f"Seed {run['seed']}, {q['steps']} steps per method, **{q['seconds']['total']:.0f} s** ({q['seconds']['total'] / 60:.1f} min) after set-up; "
+            f"Seed {run['seed']}, {q['steps']} steps per method, **{q['seconds']['total']:.0f} s** "
+            f"({q['seconds']['total'] / 60:.1f} min) after set-up; "
             f"{capability(run)}. {machine(data)}. File: {link(path, prefix)}, written by `{data['command']}`."
         )
         return "\n".join(rows)
@@ -178,7 +186,10 @@ def render_quickstart_seeds(files: list[Path], view: str | None, prefix: str) ->
             top = ", ".join(f"{name} {size:.1f}" for name, size in m["largest_processes_at_the_run_peak_gib"][:4])
             rows += [
                 "",
-                f"Memory, sampled every {m['interval_s']:.0f} s: the run's processes peaked at {m['run_rss_peak_gib']:.1f} GiB RSS in all (largest: {top} GiB; RSS counts shared libraries once per process), the machine at {m['machine_used_peak_gib']:.1f} of {m['machine_total_gib']:.1f} GiB used.",
+                f"Memory, sampled every {m['interval_s']:.0f} s: the run's processes peaked at "
+                f"{m['run_rss_peak_gib']:.1f} GiB RSS in all (largest: {top} GiB; RSS counts shared libraries once "
+                f"per process), the machine at {m['machine_used_peak_gib']:.1f} of {m['machine_total_gib']:.1f} GiB "
+                "used.",
             ]
         rows += ["", f"{capability(run)}. {machine(data)}. File: {link(path, prefix)}, written by `{data['command']}`."]
         return "\n".join(rows)
@@ -191,7 +202,8 @@ def render_quickstart_seeds_negated(files: list[Path], view: str | None, prefix:
     path = files[0]
     data = json.loads(path.read_text())
     rows = [
-        "| seed | start avg@8 (95 % CI) | DFPO (Min-Replace) on the negated reward, avg@8 (95 % CI) | change (points) |",
+        "| seed | start avg@8 (95 % CI) | DFPO (Min-Replace) on the negated reward, avg@8 (95 % CI) | change "
+        "(points) |",
         "|---|---|---|---|",
     ]
     runs = finished(data)
@@ -206,17 +218,21 @@ def render_quickstart_seeds_negated(files: list[Path], view: str | None, prefix:
 
 def render_cpu_precision(files: list[Path], view: str | None, prefix: str) -> str:
     rows = [
-        "| file | processor | probe: bf16 / fp32 matmul | forward+backward fp32 / bf16 | evaluation of 8 problems x 8 samples: shared prompt / per row (same tokens) |",
+        "| file | processor | probe: bf16 / fp32 matmul | forward+backward fp32 / bf16 | evaluation of 8 problems x "
+        "8 samples: shared prompt / per row (same tokens) |",
         "|---|---|---|---|---|",
     ]
     for path in files:
         d = json.loads(path.read_text())
         p, t, e, env = d["probe"], d["training_pass"], d["evaluation"], d["environment"]
         rows.append(
-            f"| {link(path, prefix)} | {env['cpu']}, {p['capability']} ({env['cores']} vCPU; torch {env['torch']}, transformers {env['transformers']}) | "
-            f"{p['bf16_ms']:.1f} / {p['fp32_ms']:.1f} ms ({p['bf16_slowdown']:.0f}x): {d['auto']['dtype'].replace('float', 'fp')} | "
+            f"| {link(path, prefix)} | {env['cpu']}, {p['capability']} ({env['cores']} vCPU; torch {env['torch']}, "
+            f"transformers {env['transformers']}) | "
+            f"{p['bf16_ms']:.1f} / {p['fp32_ms']:.1f} ms ({p['bf16_slowdown']:.0f}x): "
+            f"{d['auto']['dtype'].replace('float', 'fp')} | "
             f"{t['fp32_s']:.2f} s / {t['bf16_s']:.1f} s ({t['bf16_over_fp32']:.1f}x) | "
-            f"{e['shared_prefill_s']:.1f} s / {e['prefill_per_row_s']:.1f} s ({e['per_row_over_shared']:.2f}x faster; {'yes' if e['same_tokens'] else 'NO'}) |"
+            f"{e['shared_prefill_s']:.1f} s / {e['prefill_per_row_s']:.1f} s ({e['per_row_over_shared']:.2f}x "
+            f"faster; {'yes' if e['same_tokens'] else 'NO'}) |"
         )
     return "\n".join(rows)
 
@@ -227,7 +243,8 @@ def render_vllm_cpu_block_size(files: list[Path], view: str | None, prefix: str)
     if view == "dtypes":
         return render_vllm_cpu_dtypes(files, prefix)
     rows = [
-        "| file | processor | validation, 41 prompts x 8: block 128 / 32 (prompt tokens cached) | a training rollout, 4 x 8: block 128 / 32 |",
+        "| file | processor | validation, 41 prompts x 8: block 128 / 32 (prompt tokens cached) | a training "
+        "rollout, 4 x 8: block 128 / 32 |",
         "|---|---|---|---|",
     ]
     for path in files:
@@ -238,20 +255,23 @@ def render_vllm_cpu_block_size(files: list[Path], view: str | None, prefix: str)
             anchor, small = by["128"][workload], by["32"][workload]
             ratio = d["seconds_over_anchor"]["32"][workload]
             cached = (
-                f" ({anchor['cached_prompt_tokens']:,} / {small['cached_prompt_tokens']:,} of {small['prompt_tokens']:,})"
+                f" ({anchor['cached_prompt_tokens']:,} / {small['cached_prompt_tokens']:,} of "
+                f"{small['prompt_tokens']:,})"
                 if workload.startswith("validation")
                 else ""
             )
             parts.append(f"{anchor['seconds']:.1f} s / {small['seconds']:.1f} s, {ratio:.2f}x{cached}")
         rows.append(
-            f"| {link(path, prefix)} | {env['cpu']} ({env['cores']} vCPU; torch {env['torch']}, vllm {env['vllm']}) | {parts[0]} | {parts[1]} |"
+            f"| {link(path, prefix)} | {env['cpu']} ({env['cores']} vCPU; torch {env['torch']}, vllm {env['vllm']}) "
+            f"| {parts[0]} | {parts[1]} |"
         )
     return "\n".join(rows)
 
 
 def render_vllm_cpu_dtypes(files: list[Path], prefix: str) -> str:
     rows = [
-        "| file | processor | prompt + response tokens | block | validation, 41 prompts x 8: float32 / bfloat16 | a training rollout, 4 x 8: float32 / bfloat16 |",
+        "| file | processor | prompt + response tokens | block | validation, 41 prompts x 8: float32 / bfloat16 | a "
+        "training rollout, 4 x 8: float32 / bfloat16 |",
         "|---|---|---|---|---|---|",
     ]
     measured = [(path, json.loads(path.read_text())) for path in files]
@@ -277,7 +297,8 @@ def render_sums_prompts(files: list[Path], view: str | None, prefix: str) -> str
     """One row per template per file: prompt tokens, the start's held-out avg@8 at 0.6 and training
     accuracy at 1.0 (means over the repeats, each repeat's in brackets), answers in \\boxed{}."""
     rows = [
-        "| file | template | prompt tokens | held-out avg@8, temperature 0.6 (per repeat) | training responses right, temperature 1.0 (per repeat) | answers in `\\boxed{}` (held-out / training) | response tokens |",
+        "| file | template | prompt tokens | held-out avg@8, temperature 0.6 (per repeat) | training responses "
+        "right, temperature 1.0 (per repeat) | answers in `\\boxed{}` (held-out / training) | response tokens |",
         "|---|---|---|---|---|---|---|",
     ]
     for path in files:
@@ -287,15 +308,18 @@ def render_sums_prompts(files: list[Path], view: str | None, prefix: str) -> str
             per = {w: ", ".join(pct(r[w]["accuracy"]) for r in entry["by_repeat"]) for w in ("held_out", "train")}
             tokens = "-".join(str(t) for t in sorted({min(entry["prompt_tokens"]), max(entry["prompt_tokens"])}))
             rows.append(
-                f"| {link(path, prefix)} | {template} | {tokens} | {pct(mean['held_out']['accuracy'])} ({per['held_out']}) | "
-                f"{pct(mean['train']['accuracy'])} ({per['train']}) | {pct(mean['held_out']['boxed'])} / {pct(mean['train']['boxed'])} | "
+                f"| {link(path, prefix)} | {template} | {tokens} | {pct(mean['held_out']['accuracy'])} "
+                f"({per['held_out']}) | "
+                f"{pct(mean['train']['accuracy'])} ({per['train']}) | {pct(mean['held_out']['boxed'])} / "
+                f"{pct(mean['train']['boxed'])} | "
                 f"{mean['held_out']['response_tokens']:.1f} |"
             )
     rows.append("")
     for path in files:
         d = json.loads(path.read_text())
         rows.append(
-            f"{link(path, prefix)}: {machine(d)}; vLLM in {d['settings']['dtype']}, {d['settings']['k']} samples per problem, {d['settings']['repeats']} draws from an engine seeded {d['settings']['seed']}."
+            f"{link(path, prefix)}: {machine(d)}; vLLM in {d['settings']['dtype']}, {d['settings']['k']} samples per "
+            f"problem, {d['settings']['repeats']} draws from an engine seeded {d['settings']['seed']}."
         )
     return "\n".join(rows)
 
@@ -319,7 +343,8 @@ def render_loss(files: list[Path], view: str | None, prefix: str) -> str:
         for shape in d["shapes"]:
             m = shape["median_ms"]
             rows.append(
-                f"| {link(path, prefix)} | {shape['batch']} x {shape['length']} | {m['gspo']:.1f} | {m['min_replace']:.1f} | {m['min_replace'] / m['gspo']:.3f} "
+                f"| {link(path, prefix)} | {shape['batch']} x {shape['length']} | {m['gspo']:.1f} | "
+                f"{m['min_replace']:.1f} | {m['min_replace'] / m['gspo']:.3f} "
                 f"| {m['orth_proj']:.1f} | {m['orth_proj'] / m['gspo']:.3f} |"
             )
     return "\n".join(rows + ["", *footers(files, prefix)])
@@ -327,13 +352,15 @@ def render_loss(files: list[Path], view: str | None, prefix: str) -> str:
 
 def render_update_actor(files: list[Path], view: str | None, prefix: str) -> str:
     rows = [
-        "| file | mini-batches | GSPO update_actor (s) | DFPO update_actor (s) | DFPO/GSPO | extra per mini-batch (s) | no-grad forward of a mini-batch (s) |",
+        "| file | mini-batches | GSPO update_actor (s) | DFPO update_actor (s) | DFPO/GSPO | extra per mini-batch "
+        "(s) | no-grad forward of a mini-batch (s) |",
         "|---|---|---|---|---|---|---|",
     ]
     for path in files:
         for m in json.loads(path.read_text())["mini_batches"]:
             rows.append(
-                f"| {link(path, prefix)} | {m['mini_batches']} | {m['gspo_s']:.3f} | {m['dfpo_s']:.3f} | {m['dfpo_s'] / m['gspo_s']:.3f} "
+                f"| {link(path, prefix)} | {m['mini_batches']} | {m['gspo_s']:.3f} | {m['dfpo_s']:.3f} | "
+                f"{m['dfpo_s'] / m['gspo_s']:.3f} "
                 f"| {m['extra_per_mini_batch_s']:.3f} | {m['forward_of_a_mini_batch_s']:.3f} |"
             )
     return "\n".join(rows + ["", *footers(files, prefix)])
@@ -369,7 +396,8 @@ def render_ci_run(files: list[Path], view: str | None, prefix: str) -> str:
         ]
         return "\n".join(rows)
     rows = [
-        "| file | processor | whole run | set-up | pytest | passed / failed / skipped | exit | disk used at most | `import verl, vllm` after |",
+        "| file | processor | whole run | set-up | pytest | passed / failed / skipped | exit | disk used at most | "
+        "`import verl, vllm` after |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for path in files:
@@ -383,9 +411,12 @@ def render_ci_run(files: list[Path], view: str | None, prefix: str) -> str:
         if len(parts) > 1:
             pytest_time += " (" + " + ".join(f"{name} {seconds:.0f}" for name, seconds in parts.items()) + ")"
         rows.append(
-            f"| {link(path, prefix)} | {env['cpu']}, {env['cores']} cores; commit {env['commit']}, {env['date'][:10]} | {minutes} | "
-            f"{d['setup_seconds']:.0f} s | {pytest_time} | {d['passed']} / {d['failed'] + d['errors']} / {d['skipped']} | {d['exit_status']} | "
-            f"{'not recorded' if used is None else f'{used:.1f} GB'} | {'not recorded' if imports is None else f'{imports:.1f} s'} |"
+            f"| {link(path, prefix)} | {env['cpu']}, {env['cores']} cores; commit {env['commit']}, "
+            f"{env['date'][:10]} | {minutes} | "
+            f"{d['setup_seconds']:.0f} s | {pytest_time} | {d['passed']} / {d['failed'] + d['errors']} / "
+            f"{d['skipped']} | {d['exit_status']} | "
+            f"{'not recorded' if used is None else f'{used:.1f} GB'} | "
+            f"{'not recorded' if imports is None else f'{imports:.1f} s'} |"
         )
     return "\n".join(rows)
 
@@ -400,10 +431,14 @@ def render_recovery(files: list[Path], prefix: str) -> str:
     rows = [
         "| what the 2-node test did | measured |",
         "|---|---|",
-        f"| start the 2-node cluster (`scripts/launch/ray_cluster.sh head`, `worker`, `wait`) | {r['cluster_up_s']} s |",
-        f"| kill the worker node's Ray processes after step 1's checkpoint ({r['processes_killed']} processes): the driver names the node and exits 75 | {r['node_loss_to_exit_s']} s from the kill to the exit |",
-        f"| SIGTERM to the relaunch once step {r['sigterm_after_step']} was logged: the step is finished and checkpointed, exit 75 | {r['sigterm_to_exit_s']} s from the signal to the exit |",
-        f"| the relaunch as a Ray job (`ray job submit`), followed to its end: it resumes after the stopped step and finishes the run | {r['resumed_job_s']} s |",
+        f"| start the 2-node cluster (`scripts/launch/ray_cluster.sh head`, `worker`, `wait`) | {r['cluster_up_s']} "
+        "s |",
+        f"| kill the worker node's Ray processes after step 1's checkpoint ({r['processes_killed']} processes): the "
+        f"driver names the node and exits 75 | {r['node_loss_to_exit_s']} s from the kill to the exit |",
+        f"| SIGTERM to the relaunch once step {r['sigterm_after_step']} was logged: the step is finished and "
+        f"checkpointed, exit 75 | {r['sigterm_to_exit_s']} s from the signal to the exit |",
+        "| the relaunch as a Ray job (`ray job submit`), followed to its end: it resumes after the stopped step and "
+        f"finishes the run | {r['resumed_job_s']} s |",
         "",
         f"{machine(d)}; in a whole CI run (`python3 scripts/record_ci_run.py`). File: {link(path, prefix)}.",
     ]
@@ -437,7 +472,8 @@ def render_trainer_startup(files: list[Path], view: str | None, prefix: str) -> 
     rows += [
         "",
         f"Means: ready to fit {s['off']['ready_to_fit_s']:.0f} s off vs {s['on']['ready_to_fit_s']:.0f} s on "
-        f"({s['off_over_on']['ready_to_fit_s']:.2f}x), the whole run {s['off']['run_s']:.0f} s vs {s['on']['run_s']:.0f} s "
+        f"({s['off_over_on']['ready_to_fit_s']:.2f}x), the whole run {s['off']['run_s']:.0f} s vs "
+        f"{s['on']['run_s']:.0f} s "
         f"({s['off_over_on']['run_s']:.2f}x). {machine(d)}. File: {link(path, prefix)}, written by `{d['command']}`.",
     ]
     return "\n".join(rows)
@@ -472,7 +508,8 @@ def render_setup(files: list[Path], view: str | None, prefix: str) -> str:
     )
     rows += [
         "",
-        f"Means: uv {s['uv']['seconds']:.0f} s, pip {s['pip']['seconds']:.0f} s ({s['uv_over_pip']:.2f}x); both installed {same} "
+        f"Means: uv {s['uv']['seconds']:.0f} s, pip {s['pip']['seconds']:.0f} s ({s['uv_over_pip']:.2f}x); both "
+        f"installed {same} "
         f"(pip and uv themselves aside). {machine(d)}. File: {link(path, prefix)}, written by `{d['command']}`.",
     ]
     return "\n".join(rows)
@@ -549,9 +586,8 @@ def main(argv: list[str] | None = None) -> int:
             if not args.check:
                 path.write_text(new)
     for path in stale:
-        print(
-            f"{path}: {'differs from its results files (run python scripts/results_tables.py)' if args.check else 'regenerated'}"
-        )
+        stale_says = "differs from its results files (run python scripts/results_tables.py)"
+        print(f"{path}: {stale_says if args.check else 'regenerated'}")
     return 1 if stale and args.check else 0
 
 

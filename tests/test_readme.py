@@ -1,5 +1,6 @@
-"""Every command, module, path and link that the README and the docs/ pages name exists; the
-README's Hydra overrides (and the docs') compose with verl."""
+"""Every command, module, path and link that the README, the docs/ pages and the benchmark pages
+(BENCHMARKS.md, benchmarks/*.md) name exists; the README's Hydra overrides (and the docs') compose
+with verl."""
 
 from __future__ import annotations
 
@@ -25,11 +26,18 @@ REPO_DIRS = (
     "scripts",
     "tests",
     "docs",
+    "benchmarks",
     ".ci",
 )
-PATH_RE = re.compile(r"(?<![\w$/.~-])((?:%s)/[\w./*-]*[\w*])" % "|".join(re.escape(d) for d in REPO_DIRS))
-# the front page and every reference page: each check below runs over all of them
+# a path ends where a name's placeholder begins: benchmarks/results/ci_run-<date>... names the folder
+_DIRS = "|".join(re.escape(d) for d in REPO_DIRS)
+PATH_RE = re.compile(rf"(?<![\w$/.~-])((?:{_DIRS})/[\w./*-]*[\w*])(?![\w<-])")
+# the front page and every reference page (each opens with "When you need this")
 DOCS = ["README.md"] + sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))
+# the measurements' pages: the run histories and one-off studies docs/ links to
+BENCHMARK_PAGES = ["BENCHMARKS.md"] + sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "benchmarks").glob("*.md"))
+# the checks of paths, links and commands run over all of them
+PAGES = DOCS + BENCHMARK_PAGES
 LINK_RE = re.compile(r"\]\(([^)\s]+)\)")
 
 
@@ -42,7 +50,7 @@ def _code_blocks(doc: str) -> list[str]:
 
 
 def _cases(find) -> list:
-    return [pytest.param(doc, item, id=f"{doc}:{item}") for doc in DOCS for item in find(doc)]
+    return [pytest.param(doc, item, id=f"{doc}:{item}") for doc in PAGES for item in find(doc)]
 
 
 def _paths(doc: str) -> list[str]:
@@ -102,6 +110,36 @@ def test_readme_is_a_front_page_that_links_every_docs_page():
         assert f"]({doc})" in README, f"README does not link {doc}"
 
 
+def test_every_benchmark_page_is_linked_from_benchmarks_md():
+    """The histories moved out of docs/ stay findable: BENCHMARKS.md (which the README links) links
+    every page under benchmarks/, and each of them links back to a docs/ page it serves."""
+    assert "](BENCHMARKS.md)" in README
+    index = _text("BENCHMARKS.md")
+    for page in BENCHMARK_PAGES[1:]:
+        assert f"]({page})" in index, f"BENCHMARKS.md does not link {page}"
+        assert "](../docs/" in _text(page), f"{page} links no docs/ page"
+
+
+def test_the_readme_opens_with_the_method_the_switch_the_commands_and_the_status():
+    """A verl user's first 40 lines: what DFPO changes in GSPO, the overrides that switch a verl run
+    to it, the two commands and the paper's numbers beside our status."""
+    top = "\n".join(README.splitlines()[:40])
+    for needed in (
+        "Σ_i Â_i W̃_i = 0",
+        "Min-Replace",
+        "Orth-Proj",
+        "stop-gradient",
+        "actor_rollout_ref.actor.policy_loss.loss_mode=dfpo",
+        "algorithm.adv_estimator=dfpo",
+        "dfpo_transform",
+        "bash scripts/quickstart.sh",
+        "bash scripts/test.sh",
+        "82.5",
+    ):
+        assert needed in top, f"README's first 40 lines lack {needed!r}"
+    assert "Drift-Fixing" not in README  # the paper never expands the acronym
+
+
 @pytest.mark.parametrize("doc", DOCS[1:])
 def test_each_docs_page_opens_with_when_you_need_it(doc):
     paragraphs = [p for p in _text(doc).split("\n\n") if p.strip()]
@@ -123,7 +161,7 @@ def test_first_two_commands_are_the_main_job_and_the_tests_and_ci_runs_the_test_
 
 def _dfpo_main_overrides() -> list[list[str]]:
     commands = []
-    for block in [block for doc in DOCS for block in _code_blocks(doc)]:
+    for block in [block for doc in PAGES for block in _code_blocks(doc)]:
         joined = block.replace("\\\n", " ")
         for line in joined.splitlines():
             if "python -m dfpo.main" in line:
