@@ -122,3 +122,16 @@ def test_a_ci_run_shows_the_machines_import_time_where_it_was_recorded(tmp_path)
     assert table.splitlines()[0].endswith("| `import verl, vllm` after |")
     older, newer = [line for line in table.splitlines() if line.startswith("| [ci_run-")]
     assert older.endswith("| not recorded |") and newer.endswith("| 9.5 s |"), table
+
+
+def test_run_histories_are_written_to_the_benchmark_pages_not_to_docs():
+    """docs/ quotes the runs a user needs by name; the block over every recorded CI run (the glob
+    ci_run-*.json, one row per run) belongs to the pages under benchmarks/, which the script writes too."""
+    tables = _tables()
+    pages = {path.relative_to(tables.REPO_ROOT).as_posix(): path.read_text() for path in tables.documents()}
+    assert {"benchmarks/ci_runs.md", "benchmarks/quickstart_history.md"} <= set(pages)
+    assert "<!-- results: ci_run-*.json -->" in pages["benchmarks/ci_runs.md"]
+    for name, text in pages.items():
+        if name.startswith("docs/"):
+            for block in tables.BLOCK.finditer(text):
+                assert block["pattern"] != "ci_run-*.json" or block["view"] == "recovery", (name, block["pattern"])
