@@ -19,15 +19,18 @@ to do:
   every row to the longest.
 * **The files the run reads.** ``actor_rollout_ref.model.path`` and every file of
   ``data.train_files`` and ``data.val_files`` must exist (paths with a scheme, ``hdfs://`` and the
-  like, and a hub id such as ``Qwen/Qwen3-32B`` as the model, are verl's to fetch), named with the knob that sets them and how to make them.
+  like, and a hub id such as ``Qwen/Qwen3-32B`` as the model, are verl's to fetch), named with the knob that sets
+  them and how to make them. A missing checkpoint is said with the model the base model file trains
+  (``dfpo.model_id``, its Hugging Face id) and how to give it on the path in use: the recipes'
+  ``MODEL_PATH`` knob, or ``actor_rollout_ref.model.path=...`` for ``python -m dfpo.main`` itself.
 * **The response format.** Where the model is a local checkpoint, the reward's ``response_format``
   (``reward/response_format.py``) must be the one its tokenizer and chat template, rendered with
   ``data.apply_chat_template_kwargs``, produce: Qwen3 with thinking off read as ``qwen3_thinking``
   would score every response 0 as unfinished, and a thinking template read as ``plain`` would credit
   answers tried in the thinking.
 * **Trainer mode.** ``dfpo_separate_async`` needs its rollout's own GPUs
-  (``actor_rollout_ref.rollout.n_gpus_per_node``, the recipes' ``ROLLOUT_GPUS_PER_NODE``) and a checkpoint engine that reaches the rollout's own
-  devices (``nccl``, or ``local`` on CPU); ``naive`` cannot.
+  (``actor_rollout_ref.rollout.n_gpus_per_node``, the recipes' ``ROLLOUT_GPUS_PER_NODE``) and a checkpoint
+  engine that reaches the rollout's own devices (``nccl``, or ``local`` on CPU); ``naive`` cannot.
 * **Attention sinks and Ulysses.** A ``gpt_oss`` checkpoint (its ``config.json``, or ``dfpo.model``) with
   ``ulysses_sequence_parallel_size > 1`` is refused: verl 0.9.1's Ulysses attention splits the query
   heads over the ranks but passes the per-head attention-sink tensor through whole, and it does not
@@ -115,20 +118,58 @@ def _hub_id(path: str) -> bool:
     return bool(re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", path)) and not os.path.exists(path)
 
 
-def check_input_files(config) -> None:
+# verl's ppo_trainer default of actor_rollout_ref.model.path: another model than any base model's
+# (tests/dfpo/test_preflight_main.py checks it against verl's config)
+VERL_DEFAULT_MODEL_PATH = "~/models/deepseek-llm-7b-chat"
+
+
+def missing_model_message(config, environ: dict[str, str] | None = None) -> str:
+    """What to do about a missing ``actor_rollout_ref.model.path``: the model the base model file
+    trains (``dfpo.model_id``, its Hugging Face id) and how to give its checkpoint on the path in use.
+    The recipes (``python -m dfpo.launch.recipe``, ``recipes/*.sh``) set that key from their
+    ``MODEL_PATH`` knob and hand the driver their environment, so a path equal to ``MODEL_PATH`` in
+    ``environ`` (default: this process's environment) came from the knob; any other was given to
+    ``python -m dfpo.main``, which reads no ``MODEL_PATH``."""
+    environ = os.environ if environ is None else environ
+    model = str(config.actor_rollout_ref.model.path)
+    dfpo = config.get("dfpo") or {}
+    model_id, name = dfpo.get("model_id"), dfpo.get("model")
+    wanted = f"a local Hugging Face checkpoint directory of {model_id}" if model_id else "a local checkpoint directory"
+    trains = f"base_model={name} trains {model_id}: " if model_id and name else ""
+    placeholder = f"/path/to/{model_id.rsplit('/', 1)[-1]}" if model_id else "/path/to/checkpoint"
+    knob = environ.get("MODEL_PATH")
+    if knob and os.path.expanduser(knob) == os.path.expanduser(model):
+        return (
+            f"MODEL_PATH {knob} does not exist (the recipe's actor_rollout_ref.model.path): {trains}"
+            f"set MODEL_PATH={placeholder}, {wanted} (docs/recipes.md)"
+        )
+    given = (
+        "actor_rollout_ref.model.path is not set (verl's default names another model)"
+        if model == VERL_DEFAULT_MODEL_PATH
+        else f"actor_rollout_ref.model.path {model} does not exist"
+    )
+    ignored = (
+        f"; MODEL_PATH is set here ({knob}) but did not set this path: python -m dfpo.main reads no MODEL_PATH, "
+        "and an override given to a recipe wins over its knobs"
+        if knob
+        else ""
+    )
+    return f"{given}: {trains}pass actor_rollout_ref.model.path={placeholder}, {wanted} (docs/recipes.md){ignored}"
+
+
+def check_input_files(config, environ: dict[str, str] | None = None) -> None:
     """The checkpoint and the data files exist (local paths; ``scheme://`` paths and a hub id as the
-    model are verl's to fetch)."""
+    model are verl's to fetch); a missing checkpoint is said as :func:`missing_model_message`."""
     problems = []
     model = str(config.actor_rollout_ref.model.path)
     if "://" not in model and not _hub_id(model) and not os.path.exists(os.path.expanduser(model)):
-        problems.append(
-            f"actor_rollout_ref.model.path {model} does not exist (MODEL_PATH): download the checkpoint first (docs/recipes.md)"
-        )
+        problems.append(missing_model_message(config, environ))
     for key in ("train_files", "val_files"):
         for path in _file_list(config.data.get(key)):
             if "://" not in path and not os.path.exists(os.path.expanduser(path)):
                 problems.append(
-                    f"data.{key}: {path} does not exist ({key.upper()} / DATA_DIR): prepare it with data_prep (docs/data.md) or set DATA_DIR, TRAIN_FILES or VAL_FILES"
+                    f"data.{key}: {path} does not exist ({key.upper()} / DATA_DIR): prepare it with data_prep "
+                    "(docs/data.md) or set DATA_DIR, TRAIN_FILES or VAL_FILES"
                 )
     if problems:
         raise PreflightError("; ".join(problems))
@@ -148,15 +189,17 @@ def check_batch_sizes(config) -> None:
         return
     longest = int(data.max_prompt_length) + int(data.max_response_length)
     sp = int(actor.ulysses_sequence_parallel_size)
+    rollout = config.actor_rollout_ref.rollout
     budgets = {
         "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": actor.ppo_max_token_len_per_gpu,
-        "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": config.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu,
+        "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": rollout.log_prob_max_token_len_per_gpu,
     }
     for key, budget in budgets.items():
         if budget is not None and int(budget) * sp < longest:
             raise PreflightError(
-                f"token budget too small: {key}={budget} times actor_rollout_ref.actor.ulysses_sequence_parallel_size={sp} "
-                f"must hold one sequence of data.max_prompt_length + data.max_response_length = {longest} tokens: raise it "
+                f"token budget too small: {key}={budget} times "
+                f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={sp} must hold one sequence of "
+                f"data.max_prompt_length + data.max_response_length = {longest} tokens: raise it "
                 "(the recipes' PPO_MAX_TOKEN_LEN_PER_GPU / LOG_PROB_MAX_TOKEN_LEN_PER_GPU)."
             )
 
@@ -169,7 +212,8 @@ def padding_warning(config) -> str | None:
         return (
             "dfpo preflight warning: actor_rollout_ref.model.use_remove_padding=false with dynamic batching: a "
             f"micro-batch is padded to its longest row, so it can hold far more than ppo_max_token_len_per_gpu="
-            f"{actor.ppo_max_token_len_per_gpu} padded tokens; for sequences of {longest} tokens use fixed micro-batches "
+            f"{actor.ppo_max_token_len_per_gpu} padded tokens; for sequences of {longest} tokens use fixed "
+            "micro-batches "
             "(actor_rollout_ref.actor.use_dynamic_bsz=false; the recipes' USE_DYNAMIC_BSZ=false)."
         )
     return None
@@ -182,7 +226,8 @@ def check_separate_async_rollout(config) -> None:
     gpus = config.actor_rollout_ref.rollout.get("n_gpus_per_node")
     if gpus is None or int(gpus) < 1:
         raise PreflightError(
-            f"trainer.v1.trainer_mode=dfpo_separate_async runs the rollout on GPUs of its own: set actor_rollout_ref.rollout.n_gpus_per_node "
+            "trainer.v1.trainer_mode=dfpo_separate_async runs the rollout on GPUs of its own: set "
+            "actor_rollout_ref.rollout.n_gpus_per_node "
             f"(the recipes' ROLLOUT_GPUS_PER_NODE, and ROLLOUT_NNODES), got {gpus}"
         )
 
@@ -273,7 +318,8 @@ def memory_plan_report(config, environ: dict[str, str] | None = None) -> str | N
         found = "its config.json matches" if hf_config else "there is no config.json there, and dfpo.model names"
         return (
             f"dfpo preflight: no memory plan for {model_path}: {found} no model of "
-            f"dfpo/launch/memory_plan.py ({', '.join(sorted(memory_plan.KNOWN_MODELS))}); add its shape to KNOWN_MODELS "
+            f"dfpo/launch/memory_plan.py ({', '.join(sorted(memory_plan.KNOWN_MODELS))}); add its shape to "
+            "KNOWN_MODELS "
             "(and set dfpo.model) for an estimate."
         )
     try:
@@ -410,7 +456,8 @@ def check_resume_checkpoint(config, say=print) -> None:
                 config.trainer.resume_from_path = str(folder / f"global_step_{step}")
             say(
                 f"dfpo preflight: the latest checkpoint (step {latest}, named by {tracker}) is damaged: {problem}. "
-                f"Resuming from step {step}, the newest intact one (trainer.resume_from_path={config.trainer.resume_from_path})."
+                f"Resuming from step {step}, the newest intact one "
+                f"(trainer.resume_from_path={config.trainer.resume_from_path})."
             )
             return
     raise PreflightError(
@@ -492,7 +539,8 @@ def check_sandbox_isolation(config, say=print, environ: dict[str, str] | None = 
         raise PreflightError(f"{error} [{why}]") from None
     if report.strong:
         say(
-            f"dfpo preflight: code rewards run in the sandbox at level {report.level} (strong) on this node; every Ray node is checked when the cluster is up"
+            f"dfpo preflight: code rewards run in the sandbox at level {report.level} (strong) on this node; "
+            "every Ray node is checked when the cluster is up"
         )
     return True
 
@@ -505,7 +553,7 @@ def preflight(config, say=print, environ: dict[str, str] | None = None, files: b
     check_group_size(config)
     check_batch_sizes(config)
     if files:
-        check_input_files(config)
+        check_input_files(config, environ=environ)
         check_response_format(config)
     check_separate_async_rollout(config)
     check_separate_async_engine(config)

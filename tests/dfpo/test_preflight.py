@@ -9,19 +9,25 @@ from __future__ import annotations
 
 import copy
 import functools
+import pathlib
+import re
 
 import pytest
 import torch
 from omegaconf import OmegaConf
 
+from dfpo.launch import preflight
 from dfpo.launch.compose import compose_trainer_config
 from dfpo.launch.preflight import (
     TRACKER_FILE,
+    VERL_DEFAULT_MODEL_PATH,
     PreflightError,
     check_checkpoint_storage,
     check_group_size,
+    check_input_files,
     check_resume_checkpoint,
     checkpoint_problem,
+    missing_model_message,
 )
 
 
@@ -75,6 +81,89 @@ def test_groups_of_two_and_verl_baselines_with_one_pass():
             "actor_rollout_ref.rollout.n=1",
         )
     )
+
+
+# ---- the model a base model file trains ---------------------------------------------------------
+
+CONFIG_DIR = pathlib.Path(preflight.__file__).resolve().parents[1] / "config"
+# the GPU model files: those that do not build their own checkpoint (the CPU examples do)
+GPU_MODELS = sorted(
+    p.stem
+    for p in (CONFIG_DIR / "base_model").glob("*.yaml")
+    if "path" not in OmegaConf.to_container(OmegaConf.load(p)).get("actor_rollout_ref", {}).get("model", {})
+)
+
+
+def assert_says_the_model_and_the_way(message: str, model_id: str, launcher: bool) -> None:
+    """A missing checkpoint's message names the model (its Hugging Face id) and how to give its path on
+    the path in use: MODEL_PATH for the recipes' launcher, the key itself for ``python -m dfpo.main``
+    (which reads no MODEL_PATH); never verl's default path, which is another model's."""
+    assert f"trains {model_id}" in message, message
+    assert VERL_DEFAULT_MODEL_PATH not in message and "deepseek" not in message, message
+    if launcher:
+        assert "set MODEL_PATH=" in message and "actor_rollout_ref.model.path=" not in message, message
+    else:
+        assert "pass actor_rollout_ref.model.path=" in message and "MODEL_PATH" not in message, message
+
+
+def test_every_gpu_model_file_names_its_model():
+    assert GPU_MODELS == ["gpt_oss_120b", "qwen3_0p6b", "qwen3_1p7b", "qwen3_32b", "qwen3_next_80b_a3b_thinking"]
+    for name in GPU_MODELS:
+        model_id = OmegaConf.load(CONFIG_DIR / "base_model" / f"{name}.yaml").dfpo.model_id
+        assert re.fullmatch(r"(Qwen|openai)/[\w.-]+", model_id), (name, model_id)
+    assert config("base_model=gpt_oss_120b").dfpo.model_id == "openai/gpt-oss-120b"
+    assert config().dfpo.model_id is None  # no base model: no model to name
+
+
+@pytest.mark.parametrize("name", GPU_MODELS)
+def test_a_missing_checkpoint_names_the_model_and_how_to_pass_it_on_each_path(name, tmp_path):
+    model_id = config(f"base_model={name}").dfpo.model_id
+    # python -m dfpo.main base_model=<name> without a path: verl's default (another model) is left
+    with pytest.raises(PreflightError) as direct:
+        check_input_files(config(f"base_model={name}"), environ={})
+    assert_says_the_model_and_the_way(str(direct.value), model_id, launcher=False)
+    assert str(direct.value).startswith("actor_rollout_ref.model.path is not set")
+    # the recipes' launcher: its MODEL_PATH knob set the key, and the driver has its environment
+    missing = str(tmp_path / "no-such-checkpoint")
+    recipe = config(f"base_model={name}", f"actor_rollout_ref.model.path={missing}")
+    with pytest.raises(PreflightError) as launched:
+        check_input_files(recipe, environ={"MODEL_PATH": missing})
+    assert_says_the_model_and_the_way(str(launched.value), model_id, launcher=True)
+    assert str(launched.value).startswith(f"MODEL_PATH {missing} does not exist")
+    # a path given to python -m dfpo.main (or after a recipe's knobs), MODEL_PATH elsewhere: the key
+    with pytest.raises(PreflightError) as given:
+        check_input_files(recipe, environ={"MODEL_PATH": "/elsewhere"})
+    assert f"actor_rollout_ref.model.path {missing} does not exist" in str(given.value)
+    assert f"pass actor_rollout_ref.model.path=/path/to/{model_id.split('/')[1]}" in str(given.value)
+    assert "MODEL_PATH is set here (/elsewhere) but did not set this path" in str(given.value)
+
+
+def test_the_checks_catch_a_message_reporting_verls_default_or_the_wrong_knob(monkeypatch):
+    """Mutants: the message before this check (verl's default path reported, the recipes' knob named to
+    ``python -m dfpo.main``), the launcher's message on the direct path and the other way round, and
+    the code reporting verl's default as a missing path: each fails the assertion above."""
+    model_id = "openai/gpt-oss-120b"
+    before = (
+        "actor_rollout_ref.model.path ~/models/deepseek-llm-7b-chat does not exist (MODEL_PATH): download the "
+        "checkpoint first (docs/recipes.md)"
+    )
+    direct = missing_model_message(config("base_model=gpt_oss_120b"), environ={})
+    cfg = config("base_model=gpt_oss_120b", "actor_rollout_ref.model.path=/no/such")
+    launched = missing_model_message(cfg, environ={"MODEL_PATH": "/no/such"})
+    assert_says_the_model_and_the_way(direct, model_id, launcher=False)
+    assert_says_the_model_and_the_way(launched, model_id, launcher=True)
+    for message, launcher in ((before, False), (before, True), (launched, False), (direct, True)):
+        with pytest.raises(AssertionError):
+            assert_says_the_model_and_the_way(message, model_id, launcher)
+    monkeypatch.setattr(preflight, "VERL_DEFAULT_MODEL_PATH", "/not/verls/default")
+    with pytest.raises(AssertionError):
+        assert_says_the_model_and_the_way(
+            missing_model_message(config("base_model=gpt_oss_120b"), environ={}), model_id, launcher=False
+        )
+
+
+def test_verls_default_model_path_is_the_one_preflight_knows():
+    assert config().actor_rollout_ref.model.path == VERL_DEFAULT_MODEL_PATH
 
 
 # ---- checkpoint storage on several nodes --------------------------------------------------------
@@ -182,7 +271,8 @@ def test_a_damaged_latest_checkpoint_without_an_intact_one_stops_naming_the_file
     truncate(tmp_path / "global_step_5" / "actor" / "model_world_size_2_rank_1.pt")
     with pytest.raises(
         PreflightError,
-        match=r"latest checkpoint \(step 5.*global_step_5/actor/model_world_size_2_rank_1\.pt: not a readable torch archive.*no earlier intact step",
+        match=r"latest checkpoint \(step 5.*global_step_5/actor/model_world_size_2_rank_1\.pt: "
+        r"not a readable torch archive.*no earlier intact step",
     ):
         check_resume_checkpoint(resume_config(tmp_path))
 

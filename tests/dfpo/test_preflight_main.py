@@ -15,9 +15,10 @@ import pytest
 import torch
 
 from dfpo.launch.compose import compose_trainer_config
-from dfpo.launch.driver_setup import DriverSetupError, check_platform, resolve
-from dfpo.launch.preflight import TRACKER_FILE, PreflightError, check_input_files
+from dfpo.launch.driver_setup import DriverSetupError, check_platform
+from dfpo.launch.preflight import TRACKER_FILE
 from dfpo.launch.recipe import recipe_environment
+from tests.dfpo.test_preflight import assert_says_the_model_and_the_way
 from tests.recipes.recipe_commands import REPO_ROOT, dry_run
 
 pytestmark = pytest.mark.slow
@@ -82,13 +83,41 @@ def test_a_dry_run_checks_prints_the_config_and_starts_nothing(output_root):
     assert RAY_STARTED not in done.stdout + done.stderr
 
 
-def test_a_recipe_without_its_checkpoint_is_refused_naming_model_path(tmp_path):
-    """``python -m dfpo.main base_model=qwen3_32b`` without a checkpoint (verl's default path stays):
-    preflight names the key and the recipes' knob before Ray."""
-    cfg = compose_trainer_config(["base_model=qwen3_32b"], config_name="dfpo_trainer")
-    resolve(cfg)
-    with pytest.raises(PreflightError, match=r"actor_rollout_ref.model.path \S+ does not exist \(MODEL_PATH\)"):
-        check_input_files(cfg)
+def _preflight_line(done: subprocess.CompletedProcess) -> str:
+    assert done.returncode != 0 and RAY_STARTED not in done.stdout + done.stderr, done.stderr[-2000:]
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("dfpo preflight: ")]
+    return line.removeprefix("dfpo preflight: ").split("; data.")[0]  # the model's problem (no data here either)
+
+
+def test_dfpo_main_without_a_checkpoint_names_the_model_and_the_key_to_pass():
+    """``python -m dfpo.main base_model=gpt_oss_120b`` without a path: verl's default path (another
+    model) stays; preflight names the model the file trains and the key, not the recipes' MODEL_PATH,
+    which this path does not read."""
+    env = {k: v for k, v in os.environ.items() if k != "MODEL_PATH"}
+    argv = [
+        sys.executable,
+        "-m",
+        "dfpo.main",
+        "method=dfpo_min_replace",
+        "base_model=gpt_oss_120b",
+        "dfpo.dry_run=true",
+    ]
+    done = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=180)
+    message = _preflight_line(done)
+    assert_says_the_model_and_the_way(message, "openai/gpt-oss-120b", launcher=False)
+    assert message.startswith("actor_rollout_ref.model.path is not set"), message
+
+
+def test_the_recipe_launcher_with_a_missing_checkpoint_names_the_model_and_model_path(tmp_path):
+    """``python -m dfpo.launch.recipe`` (what recipes/*.sh run) sets the key from MODEL_PATH and execs the
+    driver with its environment: preflight names MODEL_PATH, the knob this path reads."""
+    missing = str(tmp_path / "gpt-oss-120b-bf16")
+    env = {**os.environ, "MODEL_PATH": missing}
+    argv = [sys.executable, "-m", "dfpo.launch.recipe", "dfpo_min_replace", "gpt_oss_120b", "dfpo.dry_run=true"]
+    done = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=180)
+    message = _preflight_line(done)
+    assert_says_the_model_and_the_way(message, "openai/gpt-oss-120b", launcher=True)
+    assert message.startswith(f"MODEL_PATH {missing} does not exist"), message
 
 
 def test_a_cpu_config_needs_verl_platform_in_the_drivers_environment():

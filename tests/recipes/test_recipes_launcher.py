@@ -390,7 +390,8 @@ def test_the_install_check_finds_the_project_without_importing_verl(flags, insta
         [
             "bash",
             "-c",
-            f'source recipes/common.sh && "$0" {" ".join(flags)} -c "$DFPO_INSTALL_CHECK" && "$0" -c "import atexit, sys; atexit.register(lambda: print(\'verl\' in sys.modules)); $DFPO_INSTALL_CHECK"',
+            f'source recipes/common.sh && "$0" {" ".join(flags)} -c "$DFPO_INSTALL_CHECK" && "$0" -c "import '
+            "atexit, sys; atexit.register(lambda: print('verl' in sys.modules)); $DFPO_INSTALL_CHECK\"",
             sys.executable,
         ],
         cwd=REPO_ROOT,
@@ -405,12 +406,18 @@ def test_the_install_check_finds_the_project_without_importing_verl(flags, insta
 @pytest.mark.parametrize(
     ("missing", "message"),
     [
-        ("model", "actor_rollout_ref.model.path {model} does not exist (MODEL_PATH)"),
+        (
+            "model",
+            "MODEL_PATH {model} does not exist (the recipe's actor_rollout_ref.model.path): base_model=qwen3_32b "
+            "trains Qwen/Qwen3-32B: set MODEL_PATH=/path/to/Qwen3-32B",
+        ),
         ("data", "data.val_files: {data}/hmmt25.parquet does not exist"),
     ],
 )
 def test_a_launch_checks_its_files_before_ray(run_setup, missing, message):
-    """dfpo.main's preflight (every path) names a missing checkpoint or data file and what to do."""
+    """dfpo.main's preflight (every path) names a missing checkpoint or data file and what to do: on the
+    recipes' path (the launcher hands the driver its environment, MODEL_PATH included) the model the
+    base model file trains and the MODEL_PATH knob."""
     from dfpo.launch.preflight import check_input_files
 
     _, env = run_setup
@@ -422,7 +429,7 @@ def test_a_launch_checks_its_files_before_ray(run_setup, missing, message):
     else:
         (data / "hmmt25.parquet").unlink()
     with pytest.raises(PreflightError, match=re.escape(message.format(model=model, data=data))):
-        check_input_files(command.config)
+        check_input_files(command.config, environ=env)
 
 
 def test_the_recipe_becomes_the_driver_so_sigterm_reaches_it_and_its_status_is_the_recipes(tmp_path):
@@ -488,9 +495,10 @@ def test_a_hub_id_as_the_model_is_verls_to_fetch_a_missing_local_path_is_not(run
     _, env = run_setup
     (hub,) = dry_run(SCRIPT, MODEL_PATH="Qwen/Qwen3-32B", DATA_DIR=env["DATA_DIR"])
     check_input_files(hub.config)
-    (local,) = dry_run(SCRIPT, MODEL_PATH="/nonexistent/Qwen/Qwen3-32B", DATA_DIR=env["DATA_DIR"])
-    with pytest.raises(PreflightError, match="MODEL_PATH"):
-        check_input_files(local.config)
+    local_path = "/nonexistent/Qwen/Qwen3-32B"
+    (local,) = dry_run(SCRIPT, MODEL_PATH=local_path, DATA_DIR=env["DATA_DIR"])
+    with pytest.raises(PreflightError, match=re.escape(f"MODEL_PATH {local_path} does not exist")):
+        check_input_files(local.config, environ={"MODEL_PATH": local_path})
 
 
 def test_a_knob_of_another_model_is_not_passed_and_said(capsys):
