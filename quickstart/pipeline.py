@@ -12,7 +12,8 @@ Stages, each through the same command a user runs for the real thing:
    ``recipes/run_<method>_smollm2_135m_cpu.sh`` launches: ``python -m dfpo.main method=<method>
    base_model=smollm2_135m_cpu`` (:mod:`dfpo.launch.recipe`), started directly, and verl's whole trainer on
    CPU ranks (one progress line per step: training reward, held-out accuracy at
-   validation steps, the learning-tax residual before and after DFPO's transform). The held-out
+   validation steps, the learning-tax residual GSPO's weights would leave and the one measured on
+   the step's gradient where it was measured). The held-out
    evaluation is verl's own validation in the same run: k samples per held-out problem (sums no
    run trains on) at temperature 0.6 from verl's vLLM engine, scored by ``reward/score.py``
    through verl's reward manager, before the first step (the start) and after the last step;
@@ -41,14 +42,15 @@ Stages, each through the same command a user runs for the real thing:
 Only the methods trained (``--methods``; DFPO alone by default) are timed and reported (``dfpo_gain`` and
 ``target_met`` need DFPO; the report's baseline is GSPO when it was trained, else the start).
 ``task`` is :func:`cpu_examples.sums_task.task_digest` (the split, the prompt's template and
-demonstration): a study recorded for another version of the task says so. Every accuracy in it is the report's (``report/report.json``), which computes avg@k and its
-bootstrap CI from ``evals/*/samples.jsonl``. The start is DFPO's validation before its first step
+demonstration): a study recorded for another version of the task says so. Every accuracy in it is
+the report's (``report/report.json``), which computes avg@k and its bootstrap CI from
+``evals/*/samples.jsonl``. The start is DFPO's validation before its first step
 (GSPO's run, which starts from the same model, skips that validation); with ``--methods gspo``
-alone, GSPO's. ``training_seconds`` splits each training run's time (``seconds``' ``train_<method>``) by verl's
-own timers in its file log: the steps (``timing_s/step``), the validations after a step
+alone, GSPO's. ``training_seconds`` splits each training run's time (``seconds``' ``train_<method>``)
+by verl's own timers in its file log: the steps (``timing_s/step``), the validations after a step
 (``timing_s/testing``) and the rest: the trainer's start-up (Ray, the workers, vLLM), the
-validation before the first step where the run makes one (verl does not time it), and shutdown. ``seconds``
-are this invocation's: a rerun skips the
+validation before the first step where the run makes one (verl does not time it), and shutdown.
+``seconds`` are this invocation's: a rerun skips the
 stages whose outputs exist (a stage's time is then that of the check). ``precision`` says what the
 run computed in and why: every dtype is ``auto`` unless set (``--actor-dtype``/``ACTOR_DTYPE``,
 ``--rollout-dtype``/``ROLLOUT_DTYPE``), and ``auto`` is bf16 only where this
@@ -58,10 +60,9 @@ so a rerun never reuses an output computed otherwise.
 
 Everything is written under ``--output-root`` in the recipes' layout (``logs/``, ``checkpoints/``,
 ``models/``, ``data/``) plus ``validation/``, ``evals/`` and ``report/``. The final checkpoints
-are verl's FSDP shards of the weights (:data:`CHECKPOINT_OVERRIDES`); ``python -m verl.model_merger merge --backend fsdp --local_dir
-<checkpoint>/actor --target_dir <dir>`` makes a Hugging Face model of one (docs/evaluation.md).
-Any failing stage stops the
-run with its command and the tail of its log.
+are verl's FSDP shards of the weights (:data:`CHECKPOINT_OVERRIDES`); ``python -m verl.model_merger
+merge --backend fsdp --local_dir <checkpoint>/actor --target_dir <dir>`` makes a Hugging Face model
+of one (docs/evaluation.md). Any failing stage stops the run with its command and the tail of its log.
 """
 
 from __future__ import annotations
@@ -234,10 +235,40 @@ def validation_key(data: dict) -> str | None:
     return None
 
 
+# The learning tax in a step's metrics (docs/exactness.md, "Diagnostics"): the residual GSPO's weights
+# would leave on the batch's shared tokens, and the residual measured on the gradient the loss gave the
+# model's log-probs (dfpo/verl's shared-token gradient meter), logged where a whole group with a shared
+# prefix and differing rewards was measured (``_groups`` of them). The residual of DFPO's transformed
+# weights (``cancellation_residual_after``) is 0 by construction, rounding, and is no measurement: not shown.
+GSPO_WEIGHTS_RESIDUAL = "actor/dfpo/cancellation_residual_before"
+MEASURED_RESIDUAL = "actor/dfpo/shared_token_grad_residual"
+MEASURED_GROUPS = "actor/dfpo/shared_token_grad_groups"
+
+
+def learning_tax(data: dict, transform: bool) -> str:
+    """The progress line's learning tax: what GSPO's weights would leave (in DFPO's run, ``transform``)
+    or leave (in GSPO's), and what the step's gradient measured; for DFPO on a step without a
+    measurement, that its weights cancel by construction."""
+    if GSPO_WEIGHTS_RESIDUAL not in data and MEASURED_GROUPS not in data:
+        return "learning-tax residual not logged"
+    parts = []
+    before = data.get(GSPO_WEIGHTS_RESIDUAL)
+    if before is not None:
+        parts.append(f"GSPO's weights {'would leave' if transform else 'leave'} {before:.2e}")
+    measured, groups = data.get(MEASURED_RESIDUAL), int(data.get(MEASURED_GROUPS, 0))
+    method = "DFPO" if transform else "GSPO"
+    if measured is not None and groups > 0:
+        parts.append(f"{method}'s gradient measured {measured:.1e} ({groups} group{'s' if groups > 1 else ''})")
+    elif transform:
+        parts.append("DFPO's gradient not measured this step (its weights cancel by construction)")
+    return "learning-tax residual: " + ", ".join(parts) if parts else "learning-tax residual not measured"
+
+
 class StepProgress:
-    """Prints one line per new training step (and per validation) found in the run's verl file log;
-    each step's line ends with the time its remaining steps should take: the mean of the steps so
-    far (verl's ``timing_s/step``) times the steps left, validations not included."""
+    """Prints one line per new training step (and per validation) found in the run's verl file log:
+    the training reward, the learning tax (:func:`learning_tax`), the step's time and the time its
+    remaining steps should take: the mean of the steps so far (verl's ``timing_s/step``) times the
+    steps left, validations not included."""
 
     def __init__(self, log_dir: Path, experiment: str, total: int, transform: bool) -> None:
         self.log_dir, self.experiment, self.total, self.transform = log_dir, experiment, total, transform
@@ -268,14 +299,12 @@ class StepProgress:
                 if step in self.seen or "actor/grad_norm" not in data:
                     continue
                 self.seen.add(step)
-                residual = data.get("actor/dfpo/cancellation_residual_after")
                 seconds = data.get("timing_s/step")
                 if seconds is not None:
                     self.step_seconds.append(float(seconds))
                 say(
                     f"  step {step}/{self.total}: train reward {data.get('critic/score/mean', float('nan')):.3f}, "
-                    f"learning-tax residual {data.get('actor/dfpo/cancellation_residual_before', float('nan')):.2e}"
-                    + (f" -> {residual:.1e} after the transform" if residual is not None and self.transform else "")
+                    + learning_tax(data, self.transform)
                     + f", {float('nan') if seconds is None else seconds:.1f} s"
                     + self.remaining(step)
                 )
@@ -332,7 +361,8 @@ def train(
             f"trainer.validation_data_dir={validation_dir}",
         ]
         say(
-            f"{method.label}: training {steps} steps on {ranks} CPU ranks (python -m dfpo.main method={method.recipe_method} base_model={RECIPE_MODEL} ...)"
+            f"{method.label}: training {steps} steps on {ranks} CPU ranks "
+            f"(python -m dfpo.main method={method.recipe_method} base_model={RECIPE_MODEL} ...)"
         )
         progress = StepProgress(log_dir, experiment, steps, transform=method.recipe_method.startswith("dfpo"))
         run_logged(
@@ -407,7 +437,8 @@ def held_out_summary(report_json: Path, labels: dict[str, str]) -> dict:
         cell = cells[name]
         if (cell["n_problems"], cell["k"]) != (summary["n_problems"], summary["k"]):
             raise StageFailed(
-                f"{report_json}: {name} was evaluated on {cell['n_problems']} problems at k={cell['k']}, the start on {summary['n_problems']} at k={summary['k']}"
+                f"{report_json}: {name} was evaluated on {cell['n_problems']} problems at k={cell['k']}, "
+                f"the start on {summary['n_problems']} at k={summary['k']}"
             )
         ci = cell["avg_at_k"]
         summary[key] = {"avg@k": ci["estimate"], "ci95": [ci["low"], ci["high"]]}
@@ -445,8 +476,9 @@ def time_table(seconds: dict, training: dict[str, dict], labels: dict[str, str])
         steps = split["per_step"]
         mean = f", {split['steps'] / len(steps):.1f} each" if steps else ""
         rest = split["the_rest"]
+        start_up = "trained before (reused)" if rest is None else f"{rest:.0f}"
         rows += [
-            f"| {labels[key]}: start-up (Ray, workers, vLLM), validation before training, shutdown | {'trained before (reused)' if rest is None else f'{rest:.0f}'} |",
+            f"| {labels[key]}: start-up (Ray, workers, vLLM), validation before training, shutdown | {start_up} |",
             f"| {labels[key]}: validations after steps | {split['validations_after_steps']:.0f} |",
             f"| {labels[key]}: {len(steps)} steps{mean} | {split['steps']:.0f} |",
         ]
@@ -571,7 +603,8 @@ def run(
     for method in methods:
         cell = held_out[method.recipe_method]
         parts.append(
-            f"{method.label} {100 * cell['avg@k']:.1f}% (95% CI {100 * cell['ci95'][0]:.1f}-{100 * cell['ci95'][1]:.1f})"
+            f"{method.label} {100 * cell['avg@k']:.1f}% "
+            f"(95% CI {100 * cell['ci95'][0]:.1f}-{100 * cell['ci95'][1]:.1f})"
         )
     say(f"held-out avg@{k}: " + ", ".join(parts))
     print()
@@ -612,28 +645,32 @@ def main(argv: list[str] | None = None) -> int:
         "--actor-dtype",
         default=os.environ.get("ACTOR_DTYPE", "auto"),
         choices=("auto", "fp32", "bf16"),
-        help="the training actor's compute dtype (default: $ACTOR_DTYPE or auto: bf16 where this CPU computes it natively, else fp32)",
+        help="the training actor's compute dtype (default: $ACTOR_DTYPE or auto: bf16 where this CPU computes it "
+        "natively, else fp32)",
     )
     parser.add_argument(
         "--rollout-dtype",
         default=os.environ.get("ROLLOUT_DTYPE", "float32"),
         choices=("auto", "float32", "bfloat16"),
-        help="verl's vLLM engine's dtype, of training's and the held-out evaluation's samples (default: $ROLLOUT_DTYPE or float32)",
+        help="verl's vLLM engine's dtype, of training's and the held-out evaluation's samples "
+        "(default: $ROLLOUT_DTYPE or float32)",
     )
     parser.add_argument(
         "--override",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a Hydra override for every training run, after the recipe's (repeatable), e.g. actor_rollout_ref.actor.optim.lr=1e-5",
+        help="a Hydra override for every training run, after the recipe's (repeatable), "
+        "e.g. actor_rollout_ref.actor.optim.lr=1e-5",
     )
     parser.add_argument(
         "--methods",
         nargs="+",
         choices=[m.recipe_method for m in METHODS],
         default=[m.recipe_method for m in DEFAULT_METHODS],
-        help="which methods to train and evaluate beside the start (default: dfpo_min_replace); --methods dfpo_min_replace gspo "
-        "adds the GSPO baseline (twice the time; in an output root where DFPO already trained, its run is reused)",
+        help="which methods to train and evaluate beside the start (default: dfpo_min_replace); "
+        "--methods dfpo_min_replace gspo adds the GSPO baseline (twice the time; in an output root where DFPO "
+        "already trained, its run is reused)",
     )
     args = parser.parse_args(argv)
     for name in ("steps", "ranks", "k"):

@@ -84,7 +84,8 @@ def test_an_output_root_from_another_version_of_the_task_is_rebuilt(tmp_path):
 def test_data_prep_drops_the_demonstration_problem_itself(tmp_path):
     raw = tmp_path / "raw.jsonl"
     raw.write_text(
-        '{"problem": "What is 2 + 5?", "answer": "7", "id": "a"}\n{"problem": "What is 1 + 1?", "answer": "2", "id": "b"}\n'
+        '{"problem": "What is 2 + 5?", "answer": "7", "id": "a"}\n'
+        '{"problem": "What is 1 + 1?", "answer": "2", "id": "b"}\n'
     )
     summary = tmp_path / "summary.json"
     output = tmp_path / "out.parquet"
