@@ -1,4 +1,5 @@
-"""PNG figures: accuracy bars with bootstrap CIs, group-size deltas, and training curves.
+"""PNG figures: accuracy bars with bootstrap CIs, group-size deltas, and training curves (what a reader
+of a training run looks at: :func:`training_story`; any logged metric: :func:`training_curves`).
 
 matplotlib runs with the non-interactive Agg backend, so figures render on headless nodes.
 """
@@ -103,12 +104,19 @@ def group_size_plot(results: ReportResults, model: str, path: Path) -> Path | No
     return path
 
 
-def _mean_and_range(seed_logs: list[TrainingLog], key: str):
+def _mean_and_range(seed_logs: list[TrainingLog], key: str, every_step: bool = False):
     """(steps, mean, min, max, n) over the seeds that logged ``key``, on the steps all of them
-    logged; None when no seed logged it or they share no step."""
+    logged (``every_step``: on every step any of them logged, over the seeds that logged it there: a
+    metric logged on some steps only); None when no seed logged it or they share no step."""
     series = [log[key] for log in seed_logs if key in log]
     if not series:
         return None
+    if every_step:
+        steps = np.unique(np.concatenate([s.steps for s in series]))
+        values = np.full((len(series), steps.size), np.nan)
+        for row, s in zip(values, series, strict=True):
+            row[np.searchsorted(steps, s.steps)] = s.values
+        return steps, np.nanmean(values, axis=0), np.nanmin(values, axis=0), np.nanmax(values, axis=0), len(series)
     common = series[0].steps
     for s in series[1:]:
         common = np.intersect1d(common, s.steps)
@@ -184,9 +192,14 @@ def training_curves(logs: dict[str, list[TrainingLog]], keys: list[str], title: 
     return path
 
 
+# The learning tax (docs/exactness.md, "Diagnostics"): the residual GSPO's weights would leave on the
+# shared tokens (GSPO's own in a GSPO run), and the residual measured on the gradient the loss gave the
+# log-probs, logged on the steps that had a whole group with a shared prefix to measure. DFPO's
+# transformed weights' residual (``cancellation_residual_after``) is 0 by construction: not drawn.
 RESIDUAL_BEFORE = "actor/dfpo/cancellation_residual_before"
-RESIDUAL_AFTER = "actor/dfpo/cancellation_residual_after"
-GRAD_NORM_KEY = "actor/grad_norm"
+MEASURED_RESIDUAL = "actor/dfpo/shared_token_grad_residual"
+SHARED_PREFIX_KEY = "actor/dfpo/shared_prefix_token_frac"
+RESIDUAL_TITLE = "Shared-token residual: GSPO's weights would leave (solid), measured on the gradient (dashed)"
 
 
 _VALIDATION_MEAN = re.compile(r"^val-core/([^/]+)/(acc|reward)/mean@(\d+)$")
@@ -201,36 +214,27 @@ def validation_keys(log: TrainingLog) -> list[str]:
     return keys + sorted(k for source, kind, k in matches if kind == "reward" and source not in covered)
 
 
-def story_keys(logs: dict[str, list[TrainingLog]]) -> list[str]:
-    """Every metric the training-story figure draws (what :func:`training_diagnostics` leaves out)."""
-    from dfpo.operations.training_logs import ENTROPY_KEY, RESPONSE_LENGTH_KEY, REWARD_KEY
-
-    fixed = [REWARD_KEY, RESIDUAL_BEFORE, RESIDUAL_AFTER, ENTROPY_KEY, RESPONSE_LENGTH_KEY, GRAD_NORM_KEY]
-    return fixed + metric_keys(logs, validation_keys)
-
-
 def training_story(logs: dict[str, list[TrainingLog]], title: str, path: Path) -> Path | None:
-    """The training curves a reader wants first, one panel each: training reward, held-out accuracy
-    at the validation steps, the learning-tax residual before and after DFPO's transform (how much
-    of the shared tokens' gradient is left uncancelled; log scale, exact zeros not drawn), entropy,
-    response length and gradient norm. Per method the mean over seeds and the min-max band; None
-    when the logs hold none of these metrics."""
-    from dfpo.operations.training_logs import ENTROPY_KEY, RESPONSE_LENGTH_KEY, REWARD_KEY
+    """What a reader of a training run looks at, one panel each: training reward, held-out accuracy at
+    the validation steps, the learning tax (the residual GSPO's weights would leave on the group's
+    shared tokens against the one measured on the gradient; log scale, exact zeros not drawn) and the
+    share of response tokens it concerns (the shared prefix). Per method the mean over seeds and the
+    min-max band (the measured residual: over the seeds that measured it at a step). Every other
+    metric stays in the training logs (``--curve-metrics`` draws any of them). None when the logs
+    hold none of these metrics."""
+    from dfpo.operations.training_logs import REWARD_KEY
 
     val = metric_keys(logs, validation_keys)
     panels = [("Training reward (mean score)", [REWARD_KEY], False)]
     panels += [(f"Validation {k.split('/')[2]}, {k.split('/')[1]} ({k.rsplit('/', 1)[-1]})", [k], False) for k in val]
     panels += [
-        (
-            "Learning-tax residual: before (solid) / after (dashed) the transform",
-            [RESIDUAL_BEFORE, RESIDUAL_AFTER],
-            True,
-        ),
-        ("Entropy of the policy (per token)", [ENTROPY_KEY], False),
-        ("Response length (tokens, mean)", [RESPONSE_LENGTH_KEY], False),
-        ("Gradient norm (before clipping)", [GRAD_NORM_KEY], False),
+        (RESIDUAL_TITLE, [RESIDUAL_BEFORE, MEASURED_RESIDUAL], True),
+        ("Shared-prefix share of response tokens", [SHARED_PREFIX_KEY], False),
     ]
-    present = [p for p in panels if any(_mean_and_range(sl, k) is not None for sl in logs.values() for k in p[1])]
+    sparse = {MEASURED_RESIDUAL}
+    present = [
+        p for p in panels if any(_mean_and_range(sl, k, k in sparse) is not None for sl in logs.values() for k in p[1])
+    ]
     if not present:
         return None
     plt = _pyplot()
@@ -241,7 +245,7 @@ def training_story(logs: dict[str, list[TrainingLog]], title: str, path: Path) -
     for ax, (panel_title, keys, log_scale) in zip(axes, present, strict=True):
         for method, seed_logs in logs.items():
             for key, style in zip(keys, ("-", "--"), strict=False):
-                curve = _mean_and_range(seed_logs, key)
+                curve = _mean_and_range(seed_logs, key, key in sparse)
                 if curve is None:
                     continue
                 steps, mean, low, high, n = curve
@@ -250,8 +254,8 @@ def training_story(logs: dict[str, list[TrainingLog]], title: str, path: Path) -
                     steps, mean, low, high = steps[keep], mean[keep], np.maximum(low[keep], 1e-12), high[keep]
                     if steps.size == 0:
                         continue
-                label = f"{method} (n={n})" if style == "-" else None
-                marker = "o" if key.startswith("val-core/") or steps.size < 3 else None
+                label = f"{method} (n={n})" if method not in colors else None
+                marker = "o" if key.startswith("val-core/") or key in sparse or steps.size < 3 else None
                 colors[method] = _draw(ax, steps, mean, low, high, n, label, colors.get(method), style, marker)
         if log_scale:
             ax.set_yscale("log")
@@ -271,17 +275,3 @@ def training_story(logs: dict[str, list[TrainingLog]], title: str, path: Path) -
     fig.savefig(path, dpi=130)
     plt.close(fig)
     return path
-
-
-def training_diagnostics(logs: dict[str, list[TrainingLog]], title: str, path: Path) -> Path | None:
-    """The other ``dfpo/`` diagnostics (every ``dfpo/`` metric the story figure does not draw), one
-    panel each; None when there are none."""
-    from dfpo.operations.training_logs import DFPO_PREFIX
-
-    shown = set(story_keys(logs))
-    keys = sorted(
-        k for k in metric_keys(logs, list) if (k.startswith(DFPO_PREFIX) or f"/{DFPO_PREFIX}" in k) and k not in shown
-    )
-    if not keys:
-        return None
-    return training_curves(logs, keys, f"{title}: other dfpo/ diagnostics", path)

@@ -13,10 +13,10 @@ Writes into ``--output-dir``:
   each run's evaluation settings per benchmark (data hash, sampling, k, scorer, backend);
 * ``compute_to_threshold.md`` (with ``--reward-threshold``): training steps and tokens until the
   smoothed reward reaches the threshold, and the ratio to the baseline (see training_efficiency.py);
-* ``accuracy_<model>.png``, ``group_size_<model>.png``, ``training_curves_<model>.png`` (training
-  reward, held-out accuracy at validation steps, the learning-tax residual before/after, entropy,
-  response length, gradient norm; with ``--curve-metrics``, one panel per metric named) and
-  ``training_diagnostics_<model>.png`` (the other ``dfpo/`` diagnostics).
+* ``accuracy_<model>.png``, ``group_size_<model>.png`` and ``training_curves_<model>.png`` (training
+  reward, held-out accuracy at validation steps, the shared-token residual GSPO's weights would leave
+  against the one measured on the gradient, the shared-prefix share of response tokens; with
+  ``--curve-metrics``, one panel per metric named; every other metric stays in the training logs).
 
 The runs file format is documented in ``report_inputs.py``. The report refuses inputs that
 would mislead (``report_results.py``): runs of one model and benchmark evaluated with other
@@ -214,13 +214,9 @@ def write_report(
             path = output_dir / f"training_curves_{slug(model)}.png"
             written.append(plots.training_curves(model_logs, keys, model, path))
         elif model_logs:
-            for figure, name in (
-                (plots.training_story, "training_curves"),
-                (plots.training_diagnostics, "training_diagnostics"),
-            ):
-                path = figure(model_logs, model, output_dir / f"{name}_{slug(model)}.png")
-                if path is not None:
-                    written.append(path)
+            path = plots.training_story(model_logs, model, output_dir / f"training_curves_{slug(model)}.png")
+            if path is not None:
+                written.append(path)
     return written
 
 
@@ -243,8 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--curve-metrics",
         nargs="+",
-        help="training-log keys to plot, one panel each, in training_curves_<model>.png (default: the "
-        "training story in that figure and the other dfpo/ metrics in training_diagnostics_<model>.png)",
+        help="training-log keys to plot, one panel each, in training_curves_<model>.png (default: reward, "
+        "held-out accuracy, the shared-token residual GSPO's weights would leave against the measured one, "
+        "the shared-prefix share)",
     )
     parser.add_argument(
         "--allow-incomplete",

@@ -21,8 +21,9 @@ Stages, each through the same command a user runs for the real thing:
 3. the start's and each result's validation samples as evaluation runs
    (:mod:`evaluation.from_validation`: the very samples, matched to their problems);
 4. report — ``python -m evaluation.report``: the Table 1-style table (avg@k with bootstrap
-   CIs over problems, paired tests against the baseline), its figures (accuracy bars, training curves,
-   the other ``dfpo/`` diagnostics), and ``report/quickstart.json``.
+   CIs over problems, paired tests against the baseline), its figures (accuracy bars; training curves:
+   reward, held-out accuracy, the shared-token residual GSPO's weights would leave against the one
+   measured on the gradient, the shared-prefix share), and ``report/quickstart.json``.
 
 ``report/quickstart.json``::
 

@@ -30,19 +30,18 @@ run never trains on, must exceed the start's by :data:`MIN_GAIN`. The run is see
 rollout sampling); the report's avg@k must equal the mean@k verl logged for the same validation.
 
 Precision: the run computes in what the CPU precision rule picks for this processor (bf16 where it
-is native, else fp32), and the test checks that the report says so and that the dtype reached
-verl's actor config. Where bf16 is native the command runs as the README gives it and every test
-below runs. Where it is not, every step computes in fp32 and takes several times as long
-(docs/cpu.md), and no 90-minute CI run holds the learning run beside the rest of the suite there. On such a machine the command runs for DFPO alone
-and one step with two samples per held-out problem (``--steps 1 --k 2``; the README's command
-trains DFPO alone already): every stage, the report, the precision and its seam are checked as
-above, and the test that needs the ten steps (DFPO's learning) is skipped and says why. Two
-samples instead of eight make each of the run's two fp32 validations about four times shorter;
-what the report's statistics are checked for (computed from the samples, equal to verl's logged
-mean@k) holds for any k. Which of the two runs is decided by the same rule the
-product uses (:func:`cpu_backend.precision.probe`), never assumed. ``DFPO_QUICKSTART_AS_WRITTEN=1``
-runs the command as written on any processor, and with it
-every test.
+is native, else fp32), and the test checks that the report says so and that the dtype reached verl's
+actor config. Where bf16 is native the command runs as the README gives it and every test below
+runs. Where it is not, every step computes in fp32 and takes several times as long (docs/cpu.md),
+and no 90-minute CI run holds the learning run beside the rest of the suite there. On such a machine
+the command runs for DFPO alone and one step with two samples per held-out problem
+(``--steps 1 --k 2``; the README's command trains DFPO alone already): every stage, the report, the precision and its
+seam are checked as above, and the test that needs the ten steps (DFPO's learning) is skipped and
+says why. Two samples instead of eight make each of the run's two fp32 validations about four times
+shorter; what the report's statistics are checked for (computed from the samples, equal to verl's
+logged mean@k) holds for any k. Which of the two runs is decided by the same rule the product uses
+(:func:`cpu_backend.precision.probe`), never assumed. ``DFPO_QUICKSTART_AS_WRITTEN=1`` runs the
+command as written on any processor, and with it every test.
 
 ``DFPO_LEARNING_TEST_NEGATE=1`` trains DFPO on the negated signal instead
 (``reward/negated_score.py`` through the quickstart's ``--override``: every advantage negated exactly);
@@ -124,8 +123,9 @@ def val_key() -> str:
 def skip_without_the_ten_steps(what: str) -> None:
     if not as_written():
         pytest.skip(
-            f"no native bf16 on this CPU: the quickstart ran DFPO alone for one step in fp32, since its ten steps do not fit "
-            f"CI's budget here (module docstring); {what} needs the README's ten steps (DFPO_QUICKSTART_AS_WRITTEN=1 runs them)"
+            "no native bf16 on this CPU: the quickstart ran DFPO alone for one step in fp32, since its ten steps "
+            f"do not fit CI's budget here (module docstring); {what} needs the README's ten steps "
+            "(DFPO_QUICKSTART_AS_WRITTEN=1 runs them)"
         )
 
 
@@ -193,8 +193,9 @@ def test_the_readmes_first_command_runs_every_stage_and_reports(quickstart):
     for row in ("DFPO (Min-Replace)", "Start (no RL) (baseline)", "Held-out sums"):
         assert row in table
     assert table in run.output
-    for name in ("training_curves_smollm2_135m_instruct.png", "training_diagnostics_smollm2_135m_instruct.png"):
-        assert (report / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    figure = report / "training_curves_smollm2_135m_instruct.png"
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(report.glob("training_diagnostics_*")), "the other diagnostics stay in the logs"
 
 
 def test_quickstart_json_is_computed_from_the_samples(quickstart):
@@ -277,12 +278,12 @@ def test_dfpo_gives_the_shared_tokens_of_the_real_model_no_net_gradient(quicksta
     if not measured and not as_written():
         prefix = [trained[s]["actor/dfpo/shared_token_grad_prefix_groups"] for s in sorted(trained)]
         pytest.skip(
-            f"the one-step run held all {prompts_per_step()} groups whole, {prefix} of them with a shared prefix, and every one "
-            "of those scored alike (no gradient to measure); the ten steps (DFPO_QUICKSTART_AS_WRITTEN=1) measure several"
+            f"the one-step run held all {prompts_per_step()} groups whole, {prefix} of them with a shared prefix, "
+            "and every one of those scored alike (no gradient to measure); the ten steps "
+            "(DFPO_QUICKSTART_AS_WRITTEN=1) measure several"
         )
-    assert measured, (
-        f"no step measured the shared-token gradient: {[(s, m['actor/dfpo/shared_token_grad_prefix_groups']) for s, m in trained.items()]}"
-    )
+    prefix_groups = [(s, m["actor/dfpo/shared_token_grad_prefix_groups"]) for s, m in trained.items()]
+    assert measured, f"no step measured the shared-token gradient: {prefix_groups}"
     for step, metrics in measured.items():
         bound = shared_gradient_tolerance(metrics["actor/dfpo/shared_token_grad_eps"])
         assert metrics["actor/dfpo/shared_token_grad_residual"] < bound, (
@@ -308,5 +309,6 @@ def test_dfpo_improves_the_held_out_policy(quickstart):
     assert dfpo >= start + MIN_GAIN, summary
     if TARGET_MET_IN_EVERY_SEED:
         assert held_out["target_met"], (
-            f"{summary}: the quickstart's bar (+20 points, DFPO's CI above the start) held in every seed of {LEARNING_STUDY}"
+            f"{summary}: the quickstart's bar (+20 points, DFPO's CI above the start) held in every seed of "
+            f"{LEARNING_STUDY}"
         )

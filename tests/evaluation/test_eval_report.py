@@ -123,6 +123,8 @@ def test_report_files_and_table_layouts(runs_file, tmp_path):
         "training_curves_qwen3_32b.png",
     } <= names
     assert "training_curves_tiny_model.png" not in names  # no train_log given for it
+    # one training figure per model: the other diagnostics stay in the logs
+    assert not [name for name in names if name.startswith("training_diagnostics")], names
     for name in names:
         if name.endswith(".png"):
             assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
