@@ -129,6 +129,7 @@ defaults:
   - _self_
 dfpo:
   model: llama3_8b
+  model_id: meta-llama/Meta-Llama-3-8B
 trainer:
   nnodes: 2
 data:
@@ -162,6 +163,7 @@ def test_a_new_model_is_one_file(config_copy, monkeypatch):
     assert cfg.actor_rollout_ref.actor.ppo_max_token_len_per_gpu == 3 * (2048 + 6144) // 2
     assert cfg.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu == 6 * (2048 + 6144) // 2
     assert cfg.trainer.experiment_name == "gspo-llama3_8b-g8-seed1"
+    assert cfg.dfpo.model_id == "meta-llama/Meta-Llama-3-8B"  # what a missing checkpoint's message names
     assert "no memory plan" in memory_plan_report(cfg, environ={})
     monkeypatch.setitem(
         memory_plan.KNOWN_MODELS,
