@@ -83,15 +83,30 @@ def test_the_two_node_tests_measurements_are_read_from_its_captured_stderr(tmp_p
 
 
 def test_the_patterns_are_the_lines_the_two_node_test_prints():
-    """Each pattern matches what tests/e2e/test_multi_node_cpu.py's print calls write (their
-    f-strings with numbers in place): a reworded print would leave the record without it."""
-    import re
+    """Each pattern matches what tests/e2e/test_multi_node_cpu.py's print calls to stderr write
+    (their f-strings, wrapped or not, with numbers in place): a reworded print would leave the
+    record without it."""
+    import ast
 
     from tests.script_modules import REPO_ROOT
 
     source = (REPO_ROOT / "tests" / "e2e" / "test_multi_node_cpu.py").read_text()
-    calls = re.findall(r'print\(\s*f"([^"]*)",\s*file=sys.stderr,?\s*\)', source)
-    printed = [re.sub(r"\{[^}]*\}", "7", text) for text in calls]
+
+    def text(node: ast.expr) -> str:  # a (joined) string, each replacement field as 7
+        if isinstance(node, ast.Constant):
+            return str(node.value)
+        assert isinstance(node, ast.JoinedStr), ast.dump(node)
+        return "".join(str(part.value) if isinstance(part, ast.Constant) else "7" for part in node.values)
+
+    printed = [
+        text(call.args[0])
+        for call in ast.walk(ast.parse(source))
+        if isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Name)
+        and call.func.id == "print"
+        and any(k.arg == "file" and ast.unparse(k.value) == "sys.stderr" for k in call.keywords)
+    ]
+    assert len(printed) >= 3, printed
     for pattern, _ in _record().RECOVERY_LINES:
         assert any(pattern.search(line) for line in printed), (pattern.pattern, printed)
     assert _record().recovery("nothing measured") == {}
