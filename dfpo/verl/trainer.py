@@ -18,7 +18,8 @@ changes, all through subclassing:
   before each update; in ``separate_async`` only for the first of the ``parameter_sync_step``
   local updates of a sync cycle — the later ones get log π_old of the weights saved at the first
   (Decoupled PPO), while the parameters have moved; bypass mode (old = rollout log-probs) never.
-  The worker asserts the flag against the batch (:func:`dfpo.verl.workers.check_old_log_probs_at_step_params`).
+  The worker asserts the flag against the batch
+  (:func:`dfpo.verl.old_log_probs_flag.check_old_log_probs_at_step_params`).
 
 And one setting: verl's replay buffer waits for the rollout's samples (of training and of
 validation) in sleeps of its ``poll_interval`` (2 s, no config key in verl 0.9.1), so a
@@ -31,8 +32,6 @@ checkpointed, when the driver got SIGTERM (:mod:`dfpo.operations.preemption`).
 
 from __future__ import annotations
 
-import os
-
 import ray
 from verl.trainer.ppo.utils import Role
 from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY, register_trainer
@@ -41,8 +40,9 @@ from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from dfpo.operations.preemption import record_stop, stop_requested
+from dfpo.verl.old_log_probs_flag import OLD_LOG_PROBS_AT_STEP_PARAMS
 from dfpo.verl.staleness import policy_lag_metrics
-from dfpo.verl.workers import OLD_LOG_PROBS_AT_STEP_PARAMS, DFPOActorRolloutRefWorker, DFPODetachActorWorker
+from dfpo.verl.workers import DFPOActorRolloutRefWorker, DFPODetachActorWorker
 
 
 def bypass_mode(config) -> bool:
@@ -128,32 +128,16 @@ class _DFPOTrainer:
             self._save_checkpoint()
         record_stop(request, self.global_steps)
         print(
-            f"dfpo: the driver got SIGTERM: step {self.global_steps} is checkpointed and is the last step of this launch"
+            f"dfpo: the driver got SIGTERM: step {self.global_steps} is checkpointed and is the last step "
+            "of this launch"
         )
         self.total_training_steps = self.global_steps  # verl's loop ends after this step as after its last
-
-
-SKIP_WEIGHT_SYNC_FOR_TESTS = "DFPO_TEST_SKIP_WEIGHT_SYNC"
-"""Test-only: set to 1 in the trainer's environment, ``dfpo_sync`` never syncs the updated weights
-into the rollout (it keeps sampling from the first weights), the broken run the weight-sync check
-(:mod:`dfpo.operations.run_checks`) must fail."""
 
 
 class DFPOSyncTrainer(_DFPOTrainer, PPOTrainerSync):
     """verl's ``sync`` trainer with DFPO's actor worker."""
 
     dfpo_mode, verl_mode = "dfpo_sync", "sync"
-
-    def on_step_end(self):
-        if os.environ.get(SKIP_WEIGHT_SYNC_FOR_TESTS) == "1":
-            # verl's update_weights also wakes the replicas it put to sleep after sampling; only that
-            print(
-                f"dfpo: {SKIP_WEIGHT_SYNC_FOR_TESTS}=1: the updated weights are NOT synced into the rollout (a test's broken run)"
-            )
-            self.stop_if_preempted()
-            self.checkpoint_manager.wake_up_replicas()
-            return
-        super().on_step_end()
 
 
 class DFPOColocateAsyncTrainer(_DFPOTrainer, PPOTrainerColocateAsync):

@@ -5,8 +5,8 @@ verl 0.9.1's V1 trainer reads ``algorithm.rollout_correction.bypass_mode``; with
 the actor, so θ_old (the rollout policy) ≠ θ already on the first mini-batch and the pre-pass must
 forward it. The actor worker never sees that key: dfpo's trainer tells it
 (``dfpo_old_log_probs_at_step_params``, :func:`dfpo.verl.trainer.bypass_mode`), and the worker asserts
-the flag against the batch (:func:`dfpo.verl.workers.check_old_log_probs_at_step_params`). Tested here
-under the trainer's own config and code, and end to end through verl's real actor worker against a
+the flag against the batch (:func:`dfpo.verl.old_log_probs_flag.check_old_log_probs_at_step_params`).
+Tested here under the trainer's own config and code, and end to end through verl's real actor worker against a
 reference that forwards every mini-batch.
 """
 
@@ -19,8 +19,8 @@ import torch
 from tensordict import TensorDict
 
 from dfpo.launch.compose import compose_trainer_config
+from dfpo.verl.old_log_probs_flag import OLD_LOG_PROBS_AT_STEP_PARAMS, check_old_log_probs_at_step_params
 from dfpo.verl.trainer import bypass_mode
-from dfpo.verl.workers import OLD_LOG_PROBS_AT_STEP_PARAMS, check_old_log_probs_at_step_params
 
 
 def _nested(rows):
@@ -142,7 +142,7 @@ def test_bypass_mode_update_equals_the_reference_that_forwards_every_mini_batch(
                 expected[name] - state_before[name],
                 rtol=1e-4,
                 atol=1e-5 * scale,
-                msg=lambda m, name=name: f"{label}: {name}: {m}",
+                msg=lambda m, name=name, label=label: f"{label}: {name}: {m}",
             )
         forwarded = metrics["dfpo/prepass_forward"]
         assert forwarded == ([1.0, 1.0] if label == "bypass" else [0.0, 1.0]), (label, forwarded)

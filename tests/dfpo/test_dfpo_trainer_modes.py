@@ -133,7 +133,7 @@ def test_the_flag_says_whether_verls_old_log_probs_are_at_the_update_parameters(
     exactly when the old log-probs are log π at the parameters the update starts from."""
     from verl.trainer.ppo.v1 import trainer_base
 
-    from dfpo.verl.workers import OLD_LOG_PROBS_AT_STEP_PARAMS
+    from dfpo.verl.old_log_probs_flag import OLD_LOG_PROBS_AT_STEP_PARAMS
 
     lengths = [3, 2, 4, 1]
     generator = torch.Generator().manual_seed(0)

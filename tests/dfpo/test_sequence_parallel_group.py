@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from dfpo.verl.workers import require_sequence_parallel_group
+from dfpo.verl.sequence_parallel import require_sequence_parallel_group
 
 
 class EngineWithoutGroup:
@@ -20,7 +20,8 @@ class EngineWithoutGroup:
 def test_sequence_parallel_without_the_engine_group_fails_at_start_up_naming_it():
     with pytest.raises(
         RuntimeError,
-        match=r"ulysses_sequence_parallel_size=2, but verl's engine \(EngineWithoutGroup\) has no ulysses_parallel_group",
+        match=r"ulysses_sequence_parallel_size=2, but verl's engine \(EngineWithoutGroup\) "
+        r"has no ulysses_parallel_group",
     ):
         require_sequence_parallel_group(EngineWithoutGroup(), 2)
 
