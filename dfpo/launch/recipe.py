@@ -134,9 +134,11 @@ def recipe_overrides(method: str, model: str, environ: dict[str, str], via: str 
     _check_choice("base_model", model, "model")
     if not environ.get("MODEL_PATH") and not model_sets_path(model):
         example = f"bash {via}" if via else f"python -m dfpo.launch.recipe {method} {model}"
+        model_id = _model_file(model).get("dfpo", {}).get("model_id")
+        trains = f"base_model={model} trains {model_id}. " if model_id else ""
         raise RecipeError(
-            "MODEL_PATH is not set. Export it to the model's local Hugging Face checkpoint directory, e.g. "
-            f"MODEL_PATH=/path/to/checkpoint {example}"
+            f"MODEL_PATH is not set. {trains}Export it to the model's local Hugging Face checkpoint directory, "
+            f"e.g. MODEL_PATH=/path/to/checkpoint {example}"
         )
     platform = model_platform(model)
     rollout = environ.get("ROLLOUT_NAME")

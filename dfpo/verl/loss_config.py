@@ -58,7 +58,8 @@ def dfpo_options(config) -> DFPOPolicyLossConfig:
     policy_loss = config.policy_loss if config is not None else None
     if not isinstance(policy_loss, DFPOPolicyLossConfig):
         raise ValueError(
-            "loss_mode=dfpo needs actor_rollout_ref.actor.policy_loss._target_=dfpo.verl.loss_config.DFPOPolicyLossConfig "
+            "loss_mode=dfpo needs "
+            "actor_rollout_ref.actor.policy_loss._target_=dfpo.verl.loss_config.DFPOPolicyLossConfig "
             f"(got {type(policy_loss).__name__}). Use the recipe config `--config-name dfpo_trainer` of "
             "`python -m dfpo.main`, or set the _target_ override."
         )

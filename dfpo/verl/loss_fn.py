@@ -80,7 +80,7 @@ class DFPOLossFunction:
             ):
                 output = self.inner(model_output=model_output, data=data, dp_group=dp_group)
         else:
-            self._record_learning_tax(model_output, data, group_id, prefix_len)
+            self._record_residuals(model_output, data, group_id, prefix_len)
             output = self.inner(model_output=model_output, data=data, dp_group=dp_group)
         if not getattr(
             self.config, "use_kl_loss", False
@@ -100,7 +100,7 @@ class DFPOLossFunction:
             **self.gradients.metrics([part[1] for part in parts], group_size),
         }
 
-    def _record_learning_tax(self, model_output, data, group_id, prefix_len) -> None:
+    def _record_residuals(self, model_output, data, group_id, prefix_len) -> None:
         mode = self.loss_mode
         if mode != "gspo" and mode not in SIGN_DEPENDENT_CLIP_LOSSES + SIGN_FREE_CLIP_LOSSES:
             return

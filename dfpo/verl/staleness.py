@@ -52,7 +52,7 @@ def rollout_ratio_spread(
     """``dfpo/staleness/rollout_ratio_spread`` over whole groups, whichever rank holds each member."""
     valid = mask.to(torch.bool).any(-1)
     s = sequence_log_ratios(old_log_probs, rollout_log_probs, mask).exp()
-    local = [(int(g), float(v)) for g, v, ok in zip(group_id.tolist(), s.tolist(), valid.tolist()) if ok]
+    local = [(int(g), float(v)) for g, v, ok in zip(group_id.tolist(), s.tolist(), valid.tolist(), strict=True) if ok]
     members: dict[int, list[float]] = {}
     for part in all_gather_objects(local, dp_group):
         for gid, value in part:

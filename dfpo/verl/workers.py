@@ -31,7 +31,6 @@ from dfpo.verl.group_prepass_wiring import (
     tag_step,
 )
 from dfpo.verl.loss_fn import DFPOLossFunction
-from dfpo.verl.residual_meters import ModulationResidualMeter as LearningTaxRecorder
 from dfpo.verl.sequence_parallel import require_sequence_parallel_group
 from dfpo.verl.update_kl_probe import update_kl_metrics
 
@@ -106,7 +105,7 @@ class DFPOActorRolloutRefWorker(ActorRolloutRefWorker):
             return
         inner = self.loss_fn
         actor_config = inner.keywords["config"]
-        loss_fn = DFPOLossFunction(inner, actor_config, LearningTaxRecorder())  # DFPO: wraps verl's actor loss
+        loss_fn = DFPOLossFunction(inner, actor_config)  # DFPO: wraps verl's actor loss
         self.loss_fn = loss_fn
         self.actor.set_loss_fn(loss_fn)
         self.actor.enable_dfpo(actor_config, loss_fn)  # DFPO: the actor's tagging and pre-pass on

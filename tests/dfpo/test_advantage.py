@@ -18,7 +18,7 @@ def _rows(rewards, lengths, T=5):
     lengths = torch.tensor(lengths)
     mask = (torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)).float()
     trw = torch.zeros(len(rewards), T)
-    for i, (r, n) in enumerate(zip(rewards, lengths.tolist())):
+    for i, (r, n) in enumerate(zip(rewards, lengths.tolist(), strict=True)):
         if n:
             trw[i, n - 1] = r
     return trw, mask

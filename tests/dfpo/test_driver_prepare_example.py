@@ -21,11 +21,12 @@ from omegaconf import OmegaConf
 from cpu_examples import prepare
 from cpu_examples import pretrained_model as pm
 from cpu_examples.addition_task import TEST_FILE, TRAIN_FILE
+from cpu_examples.prepare import DEFAULT_SPEC
 from cpu_examples.tiny_model import SPEC_FILE, TinyModelSpec
 from dfpo.launch import driver_setup as driver
 
 
-def _tiny_root(root: Path, spec: TinyModelSpec = TinyModelSpec()) -> Path:
+def _tiny_root(root: Path, spec: TinyModelSpec = DEFAULT_SPEC) -> Path:
     """An output root laid out as ``python -m cpu_examples.prepare --model tiny`` leaves it (the
     files' contents are not read by the check: the parquet files' presence and the model's spec)."""
     data = prepare.data_dir(root)

@@ -64,7 +64,8 @@ def test_a_gpu_recipe_on_a_weak_node_stops_naming_the_node_and_goes_on_only_when
     said = []
     with pytest.raises(
         PreflightError,
-        match=f"node {HOST}: the code-reward sandbox cannot isolate.*REWARD_SANDBOX_ALLOW_WEAK=1.*has code sources \\(livecodebench\\)",
+        match=f"node {HOST}: the code-reward sandbox cannot isolate.*REWARD_SANDBOX_ALLOW_WEAK=1"
+        ".*has code sources \\(livecodebench\\)",
     ):
         check_sandbox_isolation(config, say=said.append, environ={}, report=WEAK)
     assert check_sandbox_isolation(config, say=said.append, environ={"REWARD_SANDBOX_ALLOW_WEAK": "1"}, report=WEAK)
@@ -155,7 +156,7 @@ def test_every_ray_node_is_checked_and_the_weak_ones_named(monkeypatch):
         "strong": False,
         "refusal": "node gpu-b: the code-reward sandbox cannot isolate untrusted code here",
     }
-    n1, n2, n3 = ("%02x" % i * 28 for i in (1, 2, 3))  # Ray's node ids: 28 bytes in hex
+    n1, n2, n3 = (f"{i:02x}" * 28 for i in (1, 2, 3))  # Ray's node ids: 28 bytes in hex
     fake = _FakeRay({n1: ok, n2: weak, n3: dict(ok, host="gpu-c")})
     for name in ("nodes", "remote", "get"):
         monkeypatch.setattr(dfpo_main.ray, name, getattr(fake, name))
@@ -196,8 +197,8 @@ def test_a_gpu_launch_on_a_node_without_the_strong_sandbox_stops_before_training
     )
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     assert (
-        f"dfpo preflight: node {HOST}: the code-reward sandbox cannot isolate untrusted code here: only the weak level rlimits"
-        in done.stderr
+        f"dfpo preflight: node {HOST}: the code-reward sandbox cannot isolate untrusted code here: "
+        "only the weak level rlimits" in done.stderr
     )
     assert "bash scripts/install_system_deps.sh" in done.stderr and "REWARD_SANDBOX_ALLOW_WEAK=1" in done.stderr
     assert "dfpo dry run" not in done.stdout and "Started a local Ray instance" not in done.stdout + done.stderr

@@ -58,7 +58,9 @@ def test_matches_single_process_over_three_gloo_ranks():
 def _expected(b) -> torch.Tensor:
     """The reference P_g of each row's group (0 for padding rows)."""
     ref = reference_prefix_lengths(b.responses, b.response_mask, b.group_index)
-    return torch.tensor([ref[int(g)] if bool(m.any()) else 0 for g, m in zip(b.group_index, b.response_mask)])
+    return torch.tensor(
+        [ref[int(g)] if bool(m.any()) else 0 for g, m in zip(b.group_index, b.response_mask, strict=True)]
+    )
 
 
 def test_this_batch_only():

@@ -21,6 +21,7 @@ from tests.recipes.recipe_commands import (
     REPO_ROOT,
     TEST_HOME,
     dry_run,
+    launch_of,
     parse_commands,
     preflight_says,
     recipe_env,
@@ -60,6 +61,9 @@ def test_missing_model_path_stops_with_a_clear_message(script):
     assert result.returncode != 0
     assert result.stdout == ""
     assert "MODEL_PATH is not set" in result.stderr and f"recipes/{script}" in result.stderr
+    model = launch_of(script)[1] if launch_of(script) else "qwen3_32b"  # the sweep runs Qwen3-32B
+    model_id = OmegaConf.load(REPO_ROOT / "dfpo" / "config" / "base_model" / f"{model}.yaml").dfpo.model_id
+    assert f"base_model={model} trains {model_id}." in result.stderr  # the model the run needs, by its id
 
 
 def test_every_method_file_is_known_to_the_tests():
