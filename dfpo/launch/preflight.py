@@ -168,8 +168,9 @@ def check_input_files(config, environ: dict[str, str] | None = None) -> None:
         for path in _file_list(config.data.get(key)):
             if "://" not in path and not os.path.exists(os.path.expanduser(path)):
                 problems.append(
-                    f"data.{key}: {path} does not exist ({key.upper()} / DATA_DIR): prepare it with data_prep "
-                    "(docs/data.md) or set DATA_DIR, TRAIN_FILES or VAL_FILES"
+                    f"data.{key}: {path} does not exist: prepare it with data_prep (docs/data.md), or point the run "
+                    f"at the files: dfpo.data_dir=DIR or data.{key}=[...] for python -m dfpo.main, "
+                    f"DATA_DIR=DIR or {key.upper()}=... for the recipe scripts"
                 )
     if problems:
         raise PreflightError("; ".join(problems))

@@ -417,7 +417,12 @@ def test_the_install_check_finds_the_project_without_importing_verl(flags, insta
             "MODEL_PATH {model} does not exist (the recipe's actor_rollout_ref.model.path): base_model=qwen3_32b "
             "trains Qwen/Qwen3-32B: set MODEL_PATH=/path/to/Qwen3-32B",
         ),
-        ("data", "data.val_files: {data}/hmmt25.parquet does not exist"),
+        (
+            "data",
+            "data.val_files: {data}/hmmt25.parquet does not exist: prepare it with data_prep (docs/data.md), or "
+            "point the run at the files: dfpo.data_dir=DIR or data.val_files=[...] for python -m dfpo.main, "
+            "DATA_DIR=DIR or VAL_FILES=... for the recipe scripts",
+        ),
     ],
 )
 def test_a_launch_checks_its_files_before_ray(run_setup, missing, message):
