@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dfpo.operations.training_logs import TrainingLog
+from dfpo.operations.training_logs import GSPO_WEIGHTS_RESIDUAL, MEASURED_RESIDUAL, TrainingLog
 from evaluation.report_results import ReportResults
 
 
@@ -192,12 +192,6 @@ def training_curves(logs: dict[str, list[TrainingLog]], keys: list[str], title: 
     return path
 
 
-# The learning tax (docs/exactness.md, "Diagnostics"): the residual GSPO's weights would leave on the
-# shared tokens (GSPO's own in a GSPO run), and the residual measured on the gradient the loss gave the
-# log-probs, logged on the steps that had a whole group with a shared prefix to measure. DFPO's
-# transformed weights' residual (``cancellation_residual_after``) is 0 by construction: not drawn.
-RESIDUAL_BEFORE = "actor/dfpo/cancellation_residual_before"
-MEASURED_RESIDUAL = "actor/dfpo/shared_token_grad_residual"
 SHARED_PREFIX_KEY = "actor/dfpo/shared_prefix_token_frac"
 RESIDUAL_TITLE = "Shared-token residual: GSPO's weights would leave (solid), measured on the gradient (dashed)"
 
@@ -228,7 +222,7 @@ def training_story(logs: dict[str, list[TrainingLog]], title: str, path: Path) -
     panels = [("Training reward (mean score)", [REWARD_KEY], False)]
     panels += [(f"Validation {k.split('/')[2]}, {k.split('/')[1]} ({k.rsplit('/', 1)[-1]})", [k], False) for k in val]
     panels += [
-        (RESIDUAL_TITLE, [RESIDUAL_BEFORE, MEASURED_RESIDUAL], True),
+        (RESIDUAL_TITLE, [GSPO_WEIGHTS_RESIDUAL, MEASURED_RESIDUAL], True),
         ("Shared-prefix share of response tokens", [SHARED_PREFIX_KEY], False),
     ]
     sparse = {MEASURED_RESIDUAL}

@@ -83,6 +83,7 @@ from cpu_examples.pretrained_model import MODEL_NAME, PretrainedModelError
 from cpu_examples.sums_task import TEST_SOURCE, TEST_TITLE, task_digest
 from dfpo.launch.recipe import RecipeError, recipe_environment, recipe_overrides
 from dfpo.launch.run_identity import config_digest
+from dfpo.operations.training_logs import GSPO_WEIGHTS_RESIDUAL, MEASURED_GROUPS, MEASURED_RESIDUAL
 from evaluation.from_validation import convert as validation_to_evaluation
 from evaluation.sampling_settings import SamplingConfig
 
@@ -234,16 +235,6 @@ def validation_key(data: dict) -> str | None:
         if key.startswith(f"val-core/{TEST_SOURCE}/acc/mean@"):
             return key
     return None
-
-
-# The learning tax in a step's metrics (docs/exactness.md, "Diagnostics"): the residual GSPO's weights
-# would leave on the batch's shared tokens, and the residual measured on the gradient the loss gave the
-# model's log-probs (dfpo/verl's shared-token gradient meter), logged where a whole group with a shared
-# prefix and differing rewards was measured (``_groups`` of them). The residual of DFPO's transformed
-# weights (``cancellation_residual_after``) is 0 by construction, rounding, and is no measurement: not shown.
-GSPO_WEIGHTS_RESIDUAL = "actor/dfpo/cancellation_residual_before"
-MEASURED_RESIDUAL = "actor/dfpo/shared_token_grad_residual"
-MEASURED_GROUPS = "actor/dfpo/shared_token_grad_groups"
 
 
 def learning_tax(data: dict, transform: bool) -> str:

@@ -136,12 +136,12 @@ def missing_model_message(config, environ: dict[str, str] | None = None) -> str:
     model_id, name = dfpo.get("model_id"), dfpo.get("model")
     wanted = f"a local Hugging Face checkpoint directory of {model_id}" if model_id else "a local checkpoint directory"
     trains = f"base_model={name} trains {model_id}: " if model_id and name else ""
-    placeholder = f"/path/to/{model_id.rsplit('/', 1)[-1]}" if model_id else "/path/to/checkpoint"
+    example_path = f"/path/to/{model_id.rsplit('/', 1)[-1]}" if model_id else "/path/to/checkpoint"
     knob = environ.get("MODEL_PATH")
     if knob and os.path.expanduser(knob) == os.path.expanduser(model):
         return (
             f"MODEL_PATH {knob} does not exist (the recipe's actor_rollout_ref.model.path): {trains}"
-            f"set MODEL_PATH={placeholder}, {wanted} (docs/recipes.md)"
+            f"set MODEL_PATH={example_path}, {wanted} (docs/recipes.md)"
         )
     given = (
         "actor_rollout_ref.model.path is not set (verl's default names another model)"
@@ -154,7 +154,7 @@ def missing_model_message(config, environ: dict[str, str] | None = None) -> str:
         if knob
         else ""
     )
-    return f"{given}: {trains}pass actor_rollout_ref.model.path={placeholder}, {wanted} (docs/recipes.md){ignored}"
+    return f"{given}: {trains}pass actor_rollout_ref.model.path={example_path}, {wanted} (docs/recipes.md){ignored}"
 
 
 def check_input_files(config, environ: dict[str, str] | None = None) -> None:

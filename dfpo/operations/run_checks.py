@@ -37,7 +37,7 @@ import math
 import sys
 from pathlib import Path
 
-from dfpo.operations.training_logs import TrainingLog, read_file_log
+from dfpo.operations.training_logs import MEASURED_RESIDUAL, TrainingLog, read_file_log
 
 WEIGHT_RESIDUAL_TOLERANCE = 1e-6  # the weights' residual is computed in float64 (rounding: 1e-15 and below)
 
@@ -117,10 +117,10 @@ def _shared_token_check(log: TrainingLog) -> tuple[bool, str]:
     whole group with a shared prefix; where none did (several mini-batches per step split groups),
     the weights' residual, which shows that the transform ran, and the line says so."""
     text = "DFPO gives the shared tokens no net gradient: "
-    residual = _values(log, "actor/dfpo/shared_token_grad_residual")
+    residual = _values(log, MEASURED_RESIDUAL)
     if residual:
         bound = shared_gradient_tolerance(max(_values(log, "actor/dfpo/shared_token_grad_eps") or [1.0]))
-        return max(residual) < bound, text + f"actor/dfpo/shared_token_grad_residual = {residual} (bound {bound:g})"
+        return max(residual) < bound, text + f"{MEASURED_RESIDUAL} = {residual} (bound {bound:g})"
     weights = _values(log, "actor/dfpo/cancellation_residual_after")
     return (
         bool(weights) and max(weights) < WEIGHT_RESIDUAL_TOLERANCE,

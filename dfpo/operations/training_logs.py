@@ -34,6 +34,14 @@ RESPONSE_LENGTH_KEY = "response_length/mean"
 ENTROPY_KEY = "actor/entropy"
 DEFAULT_CURVE_KEYS = (REWARD_KEY, RESPONSE_LENGTH_KEY, ENTROPY_KEY)
 DFPO_PREFIX = "dfpo/"
+# The learning tax as DFPO's residual meters log it (dfpo/verl/residual_meters.py; docs/exactness.md,
+# "Diagnostics"): the residual GSPO's weights would leave on a batch's shared tokens (GSPO's own in a
+# GSPO run), and the residual measured on the gradient the loss gave the log-probs, logged on the
+# steps with whole groups with a shared prefix to measure (their number). DFPO's transformed weights'
+# residual (``cancellation_residual_after``) is 0 by construction: no measurement to show.
+GSPO_WEIGHTS_RESIDUAL = "actor/dfpo/cancellation_residual_before"
+MEASURED_RESIDUAL = "actor/dfpo/shared_token_grad_residual"
+MEASURED_GROUPS = "actor/dfpo/shared_token_grad_groups"
 
 
 @dataclass(frozen=True)
