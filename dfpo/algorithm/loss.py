@@ -72,7 +72,7 @@ def dfpo_loss_per_token(
     """
     check_transform(transform)
     check_scope(scope)
-    prefix_len = _scope_prefix_len(scope, prefix_len, responses, response_mask, group_index)
+    prefix_len = _scope_prefix_len(scope, prefix_len, responses, response_mask, group_index, log_prob.device)
     mask = response_mask.to(torch.float64)
     valid = mask.sum(dim=-1) > 0
 
@@ -117,8 +117,10 @@ def _scope_prefix_len(
     responses: torch.Tensor | None,
     response_mask: torch.Tensor,
     group_index: torch.Tensor,
+    device: torch.device,
 ) -> torch.Tensor | None:
-    """(B,) lengths of each row's group's common prefix for ``scope="shared_prefix"``, else None."""
+    """(B,) lengths of each row's group's common prefix for ``scope="shared_prefix"`` (computed ones on
+    ``device``, the log-probs'), else None."""
     if scope == "all":
         return None
     if prefix_len is not None:
@@ -127,7 +129,7 @@ def _scope_prefix_len(
         raise ValueError(
             'scope="shared_prefix" needs `responses` (the response token ids) to find each group\'s common prefix.'
         )
-    return shared_prefix_lengths(group_index, responses, response_mask, across_ranks=False).to(response_mask.device)
+    return shared_prefix_lengths(group_index, responses, response_mask, across_ranks=False).to(device)
 
 
 def dfpo_loss_from_group_weights(
@@ -222,7 +224,7 @@ def compute_dfpo_loss(
         raise ValueError(
             f"group_index must have shape (B,) = {tuple(log_prob.shape[:1])}, got {tuple(group_index.shape)}"
         )
-    prefix_len = _scope_prefix_len(scope, prefix_len, responses, response_mask, group_index)
+    prefix_len = _scope_prefix_len(scope, prefix_len, responses, response_mask, group_index, log_prob.device)
 
     sums = token_sums(log_prob, old_log_prob, response_mask, rollout_is_weights, prefix_len)
     metrics: dict[str, float] = {}

@@ -25,7 +25,7 @@ import torch
 
 from dfpo.algorithm.cancellation_residual import group_weight_metrics
 from dfpo.algorithm.collectives import all_gather_objects, dp_world
-from dfpo.algorithm.group_statistics import RowStatistics, row_statistics_from_sums, token_sums
+from dfpo.algorithm.group_statistics import RowStatistics, row_statistics
 from dfpo.algorithm.group_weights import GroupWeights, compute_group_weights
 
 
@@ -94,8 +94,15 @@ def exact_group_weights(
         log_prob = log_prob_fn(padded)[: needed.numel()].to(step.old_log_prob.dtype)
     is_w = None if step.rollout_is_weights is None else step.rollout_is_weights[needed]
     prefix = step.prefix_len[needed] if scope_prefix else None
-    sums = token_sums(log_prob.detach(), step.old_log_prob[needed], step.response_mask[needed], is_w, prefix)
-    rows = row_statistics_from_sums(sums, step.advantages[needed], step.response_mask[needed], step.group_id[needed])
+    rows = row_statistics(
+        log_prob,
+        step.old_log_prob[needed],
+        step.advantages[needed],
+        step.response_mask[needed],
+        step.group_id[needed],
+        prefix_len=prefix,
+        rollout_is_weights=is_w,
+    )
 
     gathered = all_gather_objects((rows, needed.tolist()), dp_group)
     all_rows = RowStatistics.cat([r for r, _ in gathered])

@@ -24,7 +24,7 @@ import torch
 from verl.workers.utils.padding import no_padding_2_padding
 
 from dfpo.algorithm.collectives import all_gather_objects
-from dfpo.algorithm.group_statistics import row_statistics_from_sums, sequence_advantages, token_sums
+from dfpo.algorithm.group_statistics import row_statistics, sequence_advantages
 from dfpo.algorithm.group_weights import GroupWeights
 from dfpo.verl.micro_batch_groups import MicroBatchGroups, micro_batch_groups
 from dfpo.verl.residual_meters import (
@@ -112,8 +112,7 @@ class DFPOLossFunction:
             low = self.config.clip_ratio_low if self.config.clip_ratio_low is not None else clip
             high = self.config.clip_ratio_high if self.config.clip_ratio_high is not None else clip
             if mode == "gspo":
-                sums = token_sums(log_prob, padded["old_log_probs"], mask)
-                rows = row_statistics_from_sums(sums, padded["advantages"], mask, group_id)
+                rows = row_statistics(log_prob, padded["old_log_probs"], padded["advantages"], mask, group_id)
                 self.modulation.record_gspo(rows, low, high)
             else:
                 self.modulation.record_token_clip(

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from dfpo.algorithm.collectives import dp_world
+
 
 def update_kl_metrics(
     new_log_probs: torch.Tensor, old_log_probs: torch.Tensor, response_mask: torch.Tensor, dp_group=None
@@ -25,7 +27,7 @@ def update_kl_metrics(
     update (a collective: every rank of ``dp_group`` calls it)."""
     ratio = (new_log_probs - old_log_probs) * response_mask
     totals = torch.stack([0.5 * (ratio**2).sum(), ratio.sum(), response_mask.sum()]).to(torch.float64)
-    if torch.distributed.is_initialized() and torch.distributed.get_world_size(dp_group) > 1:
+    if dp_world(dp_group)[1] > 1:
         torch.distributed.all_reduce(totals, group=dp_group)
     tokens = totals[2].clamp(min=1)
     return {"dfpo/update_kl": float(totals[0] / tokens), "dfpo/update_log_ratio_mean": float(totals[1] / tokens)}
