@@ -14,6 +14,9 @@
 * :func:`require_strong_sandbox`: a GPU run that scores code tells its Ray workers to refuse a weak
   code-reward sandbox (``REWARD_SANDBOX_REQUIRE_STRONG=1`` in their runtime environment), with the
   launch's opt-in ``REWARD_SANDBOX_ALLOW_WEAK`` passed on.
+* :func:`forward_resource_log_dir`: ``dfpo.resource_log_dir`` (the resource meter's directory,
+  :mod:`dfpo.operations.resource_meter`) reaches every Ray worker as ``DFPO_RESOURCE_LOG_DIR`` in the
+  launch's runtime environment, as an absolute path (a worker's working directory is not the driver's).
 * :func:`prepare_example`: ``dfpo.example`` names one of dfpo's examples (the tiny model, the
   pretrained SmolLM2), whose model and task are written under ``dfpo.output_root`` once
   (``python -m cpu_examples.prepare``, run only when they are missing or stale).
@@ -101,6 +104,22 @@ def require_strong_sandbox(config, environ: dict[str, str] | None = None) -> dic
     for name, value in variables.items():
         OmegaConf.update(config, f"ray_kwargs.ray_init.runtime_env.env_vars.{name}", value, force_add=True)
     return variables
+
+
+def forward_resource_log_dir(config, say=print) -> str | None:
+    """Set ``DFPO_RESOURCE_LOG_DIR`` in ``ray_kwargs.ray_init.runtime_env.env_vars`` to ``dfpo.resource_log_dir``
+    made absolute, so that every Ray worker meters its phases (:mod:`dfpo.operations.resource_meter`); returns
+    the directory, ``None`` (nothing set) when the key is null or empty. A run-management key: a
+    resumed run compares none of it (dfpo.launch.resume)."""
+    from dfpo.operations.resource_meter import LOG_DIR_ENV
+
+    directory = OmegaConf.select(config, "dfpo.resource_log_dir")
+    if directory is None or not str(directory).strip():
+        return None
+    directory = str(Path(str(directory).strip()).expanduser().resolve())
+    OmegaConf.update(config, f"ray_kwargs.ray_init.runtime_env.env_vars.{LOG_DIR_ENV}", directory, force_add=True)
+    say(f"dfpo: resource meter on: every Ray worker writes its phases' bytes, forward passes and RSS to {directory}")
+    return directory
 
 
 def prepare_example(config) -> None:

@@ -23,6 +23,7 @@ from verl.single_controller.base.decorator import Dispatch, register
 from verl.utils import tensordict_utils as tu
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
+from dfpo.operations import resource_meter
 from dfpo.verl.group_prepass_wiring import (
     TrainingStep,
     attach_group_weights,
@@ -31,6 +32,7 @@ from dfpo.verl.group_prepass_wiring import (
     tag_step,
 )
 from dfpo.verl.loss_fn import DFPOLossFunction
+from dfpo.verl.resource_phases import metered_phases
 from dfpo.verl.sequence_parallel import require_sequence_parallel_group
 from dfpo.verl.update_kl_probe import update_kl_metrics
 
@@ -71,15 +73,16 @@ class DFPOTrainingWorker(TrainingWorker):
         if step is None:
             return super().train_batch(data)
         dp_group = self.engine.get_data_parallel_group()
-        metrics = attach_group_weights(  # DFPO: W, W̃ as row fields before verl's gradient pass
-            step,
-            data,
-            loss_mode=self._dfpo_loss.loss_mode,
-            options=self._dfpo_config.policy_loss,
-            log_prob_fn=partial(self._log_probs_at_current_params, step, data),
-            dp_group=dp_group,
-            forward_multiple=forward_multiple(self.engine_config),
-        )
+        with resource_meter.phase("prepass"):  # the resource meter's phase (off unless DFPO_RESOURCE_LOG_DIR)
+            metrics = attach_group_weights(  # DFPO: W, W̃ as row fields before verl's gradient pass
+                step,
+                data,
+                loss_mode=self._dfpo_loss.loss_mode,
+                options=self._dfpo_config.policy_loss,
+                log_prob_fn=partial(self._log_probs_at_current_params, step, data),
+                dp_group=dp_group,
+                forward_multiple=forward_multiple(self.engine_config),
+            )
         output = super().train_batch(data)
         metrics.update(self._dfpo_loss.reduce(dp_group, int(self._dfpo_config.rollout_n)))
         if output is not None:
@@ -93,6 +96,7 @@ class DFPOTrainingWorker(TrainingWorker):
         return log_probs_at_current_params(self.infer_batch, self.engine, step, mini_batch, rows, inside_update)
 
 
+@metered_phases  # the resource meter's phases around verl's methods (only with DFPO_RESOURCE_LOG_DIR)
 class DFPOActorRolloutRefWorker(ActorRolloutRefWorker):
     """verl's ActorRolloutRefWorker with :class:`DFPOTrainingWorker` and DFPO's loss wrapper."""
 
