@@ -29,12 +29,17 @@ bytes and forward passes go to the innermost open phase, RSS to every open one):
   one per micro-batch forward (a gradient-checkpointed layer's recompute is not a root forward).
 * **RSS**: ``/proc/self/statm``'s resident pages at the phase's start, then every
   :data:`SAMPLE_INTERVAL_S` by a sampler thread that runs only while a phase is open, and at its end.
+* **GPU memory** (a process that sees CUDA): ``torch.cuda.memory_allocated()`` at the phase's start
+  and the exact peak of allocated memory over the phase (``max_memory_allocated``, whose peak the meter
+  resets when a phase opens, after folding it into the phases already open). With the meter on, verl's
+  ``perf/max_memory_allocated_gb`` is therefore the peak since the last phase opened.
 
 The record, one JSON file per process rewritten after every phase (:meth:`ResourceMeter.write`),
 is ``<DFPO_RESOURCE_LOG_DIR>/<role>-rank<rank>-pid<pid>.json``:
 ``{"rank", "world", "host", "pid", "phases": {phase: {"calls": {op: n}, "bytes": {op: b},
 "forward_passes": n, "rss_start_bytes", "rss_peak_bytes"}}, "steps": [{"step": k, "phases":
-{...}}]}``. ``phases`` sums every occurrence (its ``rss_start_bytes`` is the first one's, its peak
+{...}}]}``, plus ``device_start_bytes`` and ``device_peak_bytes`` per phase where CUDA is seen
+(an addition to the contract). ``phases`` sums every occurrence (its ``rss_start_bytes`` is the first one's, its peak
 the highest); a step holds the phases closed after the previous ``update`` closed, up to and
 including its own ``update`` (so the weight sync after step k's update, which step k+1's rollout
 uses, is in step k+1); ``model_init`` is in ``phases`` only.
@@ -151,6 +156,8 @@ class PhaseUse:
     forward_passes: int = 0
     rss_start_bytes: int | None = None
     rss_peak_bytes: int = 0
+    device_start_bytes: int | None = None
+    device_peak_bytes: int | None = None
 
     def add(self, other: PhaseUse) -> None:
         self.calls.update(other.calls)
@@ -159,15 +166,22 @@ class PhaseUse:
         if self.rss_start_bytes is None:
             self.rss_start_bytes = other.rss_start_bytes
         self.rss_peak_bytes = max(self.rss_peak_bytes, other.rss_peak_bytes)
+        if other.device_peak_bytes is not None:
+            if self.device_start_bytes is None:
+                self.device_start_bytes = other.device_start_bytes
+            self.device_peak_bytes = max(self.device_peak_bytes or 0, other.device_peak_bytes)
 
     def as_record(self) -> dict[str, Any]:
-        return {
+        record = {
             "calls": dict(sorted(self.calls.items())),
             "bytes": {op: int(self.bytes[op]) for op in sorted(self.calls)},
             "forward_passes": self.forward_passes,
             "rss_start_bytes": self.rss_start_bytes,
             "rss_peak_bytes": self.rss_peak_bytes,
         }
+        if self.device_peak_bytes is not None:
+            record.update(device_start_bytes=self.device_start_bytes, device_peak_bytes=self.device_peak_bytes)
+        return record
 
 
 @dataclass
@@ -180,14 +194,24 @@ class _Call:
 class ResourceMeter:
     """Counts this process's collectives and forward passes and samples its RSS, per phase.
 
-    ``log_dir``: where :meth:`write` puts the record; ``role``: the record's name (verl's worker role).
-    :meth:`install` wraps the collectives (idempotent), :meth:`uninstall` puts the originals back.
+    ``log_dir``: where :meth:`write` puts the record; ``role``: the record's name (verl's worker role);
+    ``device``: the accelerator module whose allocated memory is metered (``torch.cuda``'s
+    ``memory_allocated`` / ``max_memory_allocated`` / ``reset_peak_memory_stats``; by default
+    ``torch.cuda`` where it is available, else none). :meth:`install` wraps the collectives
+    (idempotent), :meth:`uninstall` puts the originals back.
     """
 
-    def __init__(self, log_dir: str | os.PathLike, role: str, sample_interval_s: float = SAMPLE_INTERVAL_S):
+    def __init__(
+        self,
+        log_dir: str | os.PathLike,
+        role: str,
+        sample_interval_s: float = SAMPLE_INTERVAL_S,
+        device: Any = "auto",
+    ):
         self.log_dir = Path(log_dir)
         self.role = role
         self.sample_interval_s = sample_interval_s
+        self.device = _cuda_if_available() if device == "auto" else device
         self.totals: dict[str, PhaseUse] = {}
         self.steps: list[dict[str, PhaseUse]] = [{}]
         self._open: list[PhaseUse] = []  # innermost last
@@ -278,6 +302,10 @@ class ResourceMeter:
             raise ValueError(f"resource meter: unknown phase {name!r}; the phases are {', '.join(PHASES)}")
         rss = resident_bytes()
         use = PhaseUse(rss_start_bytes=rss, rss_peak_bytes=rss)
+        if self.device is not None:
+            self._fold_device_peak()
+            self.device.reset_peak_memory_stats()
+            use.device_start_bytes = use.device_peak_bytes = int(self.device.memory_allocated())
         with self._lock:
             self._open.append(use)
         self._start_sampler()
@@ -285,6 +313,8 @@ class ResourceMeter:
             yield use
         finally:
             self._sample()
+            if self.device is not None:
+                self._fold_device_peak()
             with self._lock:
                 self._open.remove(use)
                 idle = not self._open
@@ -296,6 +326,13 @@ class ResourceMeter:
             if idle:
                 self._stop_sampler()
             self.write()
+
+    def _fold_device_peak(self) -> None:
+        """The device's peak since the last reset into every open phase (before a reset, at a phase's end)."""
+        peak = int(self.device.max_memory_allocated())
+        with self._lock:
+            for use in self._open:
+                use.device_peak_bytes = max(use.device_peak_bytes or 0, peak)
 
     def _sample(self) -> None:
         rss = resident_bytes()
@@ -366,6 +403,12 @@ class ResourceMeter:
 _PROCESS_METER: ResourceMeter | None = None
 
 
+def _cuda_if_available() -> Any:
+    import torch
+
+    return torch.cuda if torch.cuda.is_available() else None
+
+
 def log_dir_from_environment(environ: dict[str, str] | None = None) -> str | None:
     """``DFPO_RESOURCE_LOG_DIR``, or ``None`` when it is unset or empty (the meter is off)."""
     environ = os.environ if environ is None else environ
@@ -388,3 +431,59 @@ def phase(name: str) -> contextlib.AbstractContextManager:
     """Phase ``name`` of this process's meter, if one was started (:func:`process_meter`); else nothing."""
     meter = _PROCESS_METER
     return contextlib.nullcontext() if meter is None else meter.phase(name)
+
+
+def last_complete_step(record: dict[str, Any]) -> dict[str, Any] | None:
+    """The record's last step that reached its ``update`` (a whole training step), or ``None``."""
+    complete = [step for step in record.get("steps", []) if STEP_END_PHASE in step["phases"]]
+    return complete[-1] if complete else None
+
+
+def summary(log_dir: str | os.PathLike) -> str:
+    """Per record file in ``log_dir``: ``model_init`` and each phase of the last whole step, with its
+    collectives' calls and bytes, forward passes and peak memory (what to set beside the plan's)."""
+    paths = sorted(Path(log_dir).glob("*-rank*-pid*.json"))
+    if not paths:
+        raise FileNotFoundError(
+            f"{log_dir}: no resource-meter records (<role>-rank<r>-pid<p>.json); a run writes them there when "
+            f"{LOG_DIR_ENV} (dfpo.resource_log_dir) names this directory"
+        )
+    lines = []
+    for path in paths:
+        record = json.loads(path.read_text())
+        step = last_complete_step(record)
+        phases = {name: use for name, use in record["phases"].items() if name in STEPLESS_PHASES}
+        phases.update(step["phases"] if step else {})
+        where = f"step {step['step']}" if step else "no whole step yet"
+        lines.append(f"{path.name} (rank {record['rank']} of {record['world']}, {record['host']}; {where}):")
+        for name in PHASES:
+            if name not in phases:
+                continue
+            use = phases[name]
+            moved = ", ".join(f"{op} {n}x {use['bytes'][op] / 1e6:.3f} MB" for op, n in use["calls"].items())
+            device = f", GPU peak {use['device_peak_bytes'] / 1e9:.2f} GB" if "device_peak_bytes" in use else ""
+            lines.append(
+                f"  {name:<12} forward passes {use['forward_passes']}, RSS peak {use['rss_peak_bytes'] / 1e9:.2f} GB"
+                f"{device}; {moved or 'no collectives'}"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m dfpo.operations.resource_meter",
+        description="Print what each process of a metered run moved and held (its last whole step).",
+    )
+    parser.add_argument("log_dir", help=f"the run's {LOG_DIR_ENV} (dfpo.resource_log_dir)")
+    args = parser.parse_args(argv)
+    try:
+        print(summary(args.log_dir))
+    except FileNotFoundError as error:
+        parser.exit(2, f"{error}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

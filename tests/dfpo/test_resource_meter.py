@@ -7,7 +7,8 @@
   once; nothing outside a phase; an inner phase's calls not in the outer one.
 * A real FSDP2 module (``fully_shard``) forward + backward: the bytes FSDP2 must move, computed
   here from the parameters' shapes, and one forward pass.
-* RSS: a 200 MB tensor held inside a phase is in its peak; one freed before the phase is not.
+* RSS: a 200 MB tensor held inside a phase is in its peak; one freed before the phase is not. GPU
+  memory (a fake accelerator): each phase's exact peak, a nested phase's reset of the peak included.
 * The record: its schema, its file name, the steps, rewritten after every phase; an unknown
   phase refused; ``uninstall`` puts torch's functions back.
 """
@@ -180,10 +181,49 @@ def test_rss_peak_sees_an_allocation_inside_the_phase_and_not_one_before_it(tmp_
     assert meter._sampler is None  # no sampler thread once no phase is open
 
 
+class FakeAccelerator:
+    """torch.cuda's allocated-memory statistics, driven by the test."""
+
+    def __init__(self, allocated: int):
+        self.allocated = self.peak = allocated
+
+    def allocate(self, nbytes: int) -> None:
+        self.allocated += nbytes
+        self.peak = max(self.peak, self.allocated)
+
+    def memory_allocated(self) -> int:
+        return self.allocated
+
+    def max_memory_allocated(self) -> int:
+        return self.peak
+
+    def reset_peak_memory_stats(self) -> None:
+        self.peak = self.allocated
+
+
+def test_device_peaks_are_exact_per_phase_and_survive_a_nested_phases_reset(tmp_path):
+    device = FakeAccelerator(allocated=100)
+    meter = ResourceMeter(tmp_path, "actor", device=device)
+    device.allocate(5000)  # before any phase: in none
+    device.allocate(-5000)
+    with meter.phase("update"):
+        device.allocate(1000)  # the update's peak, before the pre-pass resets the device's peak
+        device.allocate(-1000)
+        with meter.phase("prepass"):
+            device.allocate(200)
+            device.allocate(-200)
+        device.allocate(300)
+        device.allocate(-300)
+    record = meter.record()["phases"]
+    assert (record["update"]["device_start_bytes"], record["update"]["device_peak_bytes"]) == (100, 1100)
+    assert (record["prepass"]["device_start_bytes"], record["prepass"]["device_peak_bytes"]) == (100, 300)
+    assert "device_peak_bytes" not in ResourceMeter(tmp_path, "actor", device=None).record()["phases"]
+
+
 def test_the_record_file_its_schema_and_its_steps(tmp_path, monkeypatch):
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
-    meter = ResourceMeter(tmp_path / "meter", "actor_rollout")
+    meter = ResourceMeter(tmp_path / "meter", "actor_rollout", device=None)
     path = tmp_path / "meter" / f"actor_rollout-rank1-pid{os.getpid()}.json"
     with meter.phase("model_init"):
         pass
@@ -250,3 +290,25 @@ def test_off_without_the_environment_variable(monkeypatch):
     assert dist.all_reduce is all_reduce
     with resource_meter.phase("update") as opened:
         assert opened is None  # a null context: nothing metered
+
+
+def test_the_summary_prints_model_init_and_the_last_whole_step(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("RANK", "0")
+    meter = ResourceMeter(tmp_path, "actor_rollout", device=None)
+    with meter.phase("model_init"):
+        meter._count("broadcast", 3_000_000)
+    for moved in (1_000_000, 2_000_000):
+        with meter.phase("update"):
+            meter._count("all_gather_into_tensor", moved)
+    with meter.phase("weight_sync"):  # step 3, not whole: not printed
+        meter._count("all_gather_into_tensor", 9_000_000)
+    assert resource_meter.main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"actor_rollout-rank0-pid{os.getpid()}.json (rank 0 of" in out and "step 2" in out
+    assert "model_init   forward passes 0" in out and "broadcast 1x 3.000 MB" in out
+    assert "all_gather_into_tensor 1x 2.000 MB" in out  # step 2's update, not step 1's nor the sum
+    assert "weight_sync" not in out and "9.000" not in out
+    with pytest.raises(SystemExit) as stopped:
+        resource_meter.main([str(tmp_path / "empty")])
+    assert stopped.value.code == 2
+    assert "no resource-meter records" in capsys.readouterr().err
