@@ -20,6 +20,15 @@ time — with only the kernel replaced: :func:`varlen_causal_attention` in verl'
 (:func:`install`), the same causal attention within each sequence through ``torch``'s
 ``scaled_dot_product_attention`` on the sequences padded to a batch, no work across sequences.
 
+GPT-OSS passes two more arguments down this path (``GptOssAttention.forward`` → transformers'
+``flash_attention_forward`` → verl's wrapper → here): its learned attention sinks (``s_aux``, one
+logit per query head) and, on its sliding-attention layers, ``sliding_window``. Both are honoured
+exactly as transformers' ``eager_attention_forward`` for GPT-OSS computes them — the window keeps
+the last ``sliding_window`` keys (the query's own included), the sink is one more logit per head in
+the softmax's denominator with no value — in an explicit softmax per sequence (its gradient,
+sinks included, is autograd's), so the tiny GPT-OSS trains packed on CPU with the GPU recipe's
+attention semantics (tests/cpu/test_sink_attention.py checks it against eager).
+
 Used by the CPU recipes (``dfpo/config/platform/cpu.yaml``) whenever padding is removed; inert on
 GPUs (installed only by the local CPU backend, :mod:`cpu_backend.activate`).
 """
@@ -68,15 +77,25 @@ def varlen_causal_attention(
     """Causal attention within each sequence of a packed ``(1, T, heads, head_dim)`` row, the
     contract of transformers' ``_flash_attention_forward`` for packed inputs:
 
-        out_t = Σ_{u ≤ t, seq(u) = seq(t)} softmax_u(q_t·k_u · scale) v_u
+        out_t = Σ_{u ∈ W(t)} exp(q_t·k_u · scale) v_u / (exp(s_h) + Σ_{u ∈ W(t)} exp(q_t·k_u · scale))
 
-    Key/value heads may be fewer than query heads (grouped-query attention). Returns
-    ``(1, T, heads, head_dim)`` in the query's dtype."""
-    unsupported = {"dropout": dropout, "sliding_window": sliding_window, "softcap": softcap, "s_aux": s_aux}
+    with W(t) the keys of t's own sequence at offsets ``t - sliding_window < u ≤ t`` (all ``u ≤ t``
+    without a window) and ``exp(s_h)`` the learned sink of query head h (``s_aux``; the term is
+    absent without sinks: the plain softmax). Key/value heads may be fewer than query heads
+    (grouped-query attention). Returns ``(1, T, heads, head_dim)`` in the query's dtype."""
+    unsupported = {"dropout": dropout, "softcap": softcap}
     used = [name for name, value in unsupported.items() if value not in (None, 0, 0.0)]
     if used:
         raise NotImplementedError(
             f"{CPU_VARLEN_ATTENTION} attention does not implement {used}; use eager attention without packing"
+        )
+    if sliding_window is not None and int(sliding_window) < 1:
+        raise ValueError(f"{CPU_VARLEN_ATTENTION} attention: sliding_window must be >= 1 key, got {sliding_window}")
+    if s_aux is not None and tuple(s_aux.shape) != (query_states.shape[2],):
+        raise ValueError(
+            f"{CPU_VARLEN_ATTENTION} attention: s_aux (attention sinks) has shape {tuple(s_aux.shape)} but the query "
+            f"has {query_states.shape[2]} heads: one sink per query head is needed (Ulysses sequence parallel splits "
+            "the query heads but not the sinks; keep ulysses_sequence_parallel_size=1 for models with sinks)"
         )
     if not is_causal:
         raise NotImplementedError(f"{CPU_VARLEN_ATTENTION} attention is causal only (decoder language models)")
@@ -95,10 +114,45 @@ def varlen_causal_attention(
     q, k, v = to_batch(query_states), to_batch(key_states), to_batch(value_states)
     # right padding: a real query at offset t attends to offsets <= t, all real, so the causal
     # mask alone keeps every sequence to itself and the padding out
-    out = torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, is_causal=True, scale=softmax_scale, enable_gqa=k.shape[1] != q.shape[1]
-    )
+    if s_aux is None and sliding_window is None:
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=True, scale=softmax_scale, enable_gqa=k.shape[1] != q.shape[1]
+        )
+    else:
+        out = windowed_sink_attention(q, k, v, softmax_scale, sliding_window, s_aux)
     return out.transpose(1, 2)[seq, offset].unsqueeze(0).to(query_states.dtype)
+
+
+def windowed_sink_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float | None,
+    sliding_window: int | None,
+    sinks: torch.Tensor | None,
+) -> torch.Tensor:
+    """Causal attention of a right-padded batch ``(sequences, heads, longest, head_dim)`` with an
+    optional sliding window and optional per-head sink logits, written as transformers'
+    ``eager_attention_forward`` for GPT-OSS computes it (the sink column joins the logits, the
+    softmax runs over both, the sink's probability is dropped). Work and memory are per sequence,
+    ``longest²`` per head: no attention across the packed sequences."""
+    heads, length = q.shape[1], q.shape[2]
+    if k.shape[1] != heads:  # grouped-query attention: each key/value head serves heads // kv_heads queries
+        k, v = (x.repeat_interleave(heads // k.shape[1], dim=1) for x in (k, v))
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    logits = torch.matmul(q, k.transpose(-1, -2)) * scale
+    query_offset = torch.arange(length, device=q.device).unsqueeze(1)
+    key_offset = torch.arange(length, device=q.device).unsqueeze(0)
+    visible = key_offset <= query_offset
+    if sliding_window is not None:
+        visible = visible & (key_offset > query_offset - int(sliding_window))
+    logits = logits.masked_fill(~visible, float("-inf"))
+    if sinks is not None:
+        sink_logits = sinks.to(logits.dtype).reshape(1, heads, 1, 1).expand(q.shape[0], heads, length, 1)
+        logits = torch.cat([logits, sink_logits], dim=-1)
+    logits = logits - logits.max(dim=-1, keepdim=True).values
+    probs = torch.softmax(logits, dim=-1)[..., :length]  # the sink's share of each row is dropped
+    return torch.matmul(probs.to(v.dtype), v)
 
 
 SAVED_ATTENTION = "sdpa"

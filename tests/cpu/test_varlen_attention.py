@@ -1,8 +1,8 @@
 """The packed attention of the GPU path on CPU (cpu_backend/varlen_attention.py): causal attention
-within each sequence of a packed row, against a per-sequence reference written out as the formula,
-its gradient, and the whole seam: a model loaded with the registered implementation, patched by
-verl's apply_monkey_patch as verl's FSDP engine does, gives a packed row the padded model's
-log-probs."""
+within each sequence of a packed row (with GPT-OSS's sliding windows and sinks), against a
+per-sequence reference written out as the formula, its gradient, and the whole seam: a model
+loaded with the registered implementation, patched by verl's apply_monkey_patch as verl's FSDP
+engine does, gives a packed row the padded model's log-probs."""
 
 from __future__ import annotations
 
@@ -16,17 +16,20 @@ from hypothesis import strategies as st
 from cpu_backend.varlen_attention import CPU_VARLEN_ATTENTION, install, sequence_index, varlen_causal_attention
 
 
-def reference(q, k, v, lengths, scale):
-    """out_t = Σ_{u ≤ t in t's sequence} softmax(q_t·k_u·scale) v_u, one sequence and head at a time."""
+def reference(q, k, v, lengths, scale, window=None, sinks=None):
+    """out_t = Σ_{u ∈ W(t)} exp(q_t·k_u·scale) v_u / (exp(s_h) + Σ_{u ∈ W(t)} exp(q_t·k_u·scale)), W(t) the
+    keys u ≤ t of t's sequence (the last ``window`` of them with a window), the sink term only with
+    ``sinks``; one sequence and head at a time."""
     heads, kv_heads = q.shape[2], k.shape[2]
     out, start = torch.zeros_like(q), 0
     for length in lengths:
         for h in range(heads):
             hk = h // (heads // kv_heads)
             for t in range(start, start + length):
-                scores = torch.stack([q[0, t, h] @ k[0, u, hk] * scale for u in range(start, t + 1)])
-                weights = torch.softmax(scores, dim=0)
-                out[0, t, h] = sum(w * v[0, u, hk] for w, u in zip(weights, range(start, t + 1), strict=True))
+                keys = range(start if window is None else max(start, t - window + 1), t + 1)
+                scores = torch.stack([q[0, t, h] @ k[0, u, hk] * scale for u in keys])
+                norm = torch.exp(scores).sum() + (0 if sinks is None else torch.exp(sinks[h]))
+                out[0, t, h] = sum(torch.exp(x) / norm * v[0, u, hk] for x, u in zip(scores, keys, strict=True))
         start += length
     return out
 
@@ -46,6 +49,36 @@ def test_each_sequence_attends_causally_to_itself_only(lengths, gqa):
     scale = 1 / math.sqrt(q.shape[-1])
     out = varlen_causal_attention(q, k, v, None, q.shape[1], position_ids=position_ids, softmax_scale=scale)
     torch.testing.assert_close(out, reference(q, k, v, lengths, scale), rtol=1e-10, atol=1e-10)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 7), min_size=1, max_size=3),
+    window=st.one_of(st.none(), st.integers(1, 5)),
+    with_sinks=st.booleans(),
+)
+def test_sliding_windows_and_sinks_are_gpt_oss_attention(lengths, window, with_sinks):
+    """GPT-OSS's two extras on this path: ``sliding_window`` (its sliding layers) and ``s_aux``
+    (one learned sink logit per query head in the softmax's denominator)."""
+    q, k, v, position_ids = packed(lengths)
+    sinks = torch.randn(q.shape[2], dtype=q.dtype, generator=torch.Generator().manual_seed(3)) if with_sinks else None
+    out = varlen_causal_attention(
+        q, k, v, None, q.shape[1], position_ids=position_ids, softmax_scale=0.4, sliding_window=window, s_aux=sinks
+    )
+    expected = reference(q, k, v, lengths, 0.4, window, sinks)
+    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)
+
+
+def test_the_sinks_gradient_matches_finite_differences():
+    q, k, v, position_ids = packed([4, 2], heads=2, kv_heads=1, dim=2)
+    sinks = torch.randn(q.shape[2], dtype=q.dtype)
+    inputs = tuple(t.requires_grad_(True) for t in (q, k, v, sinks))
+    assert torch.autograd.gradcheck(
+        lambda a, b, c, s: varlen_causal_attention(
+            a, b, c, None, 6, position_ids=position_ids, softmax_scale=0.5, sliding_window=2, s_aux=s
+        ),
+        inputs,
+    )
 
 
 def test_a_sequence_does_not_see_the_one_before_it():
@@ -81,8 +114,12 @@ def test_what_it_does_not_run_is_refused_with_the_way_out():
         varlen_causal_attention(q, k, v, torch.ones(1, 5), 5, position_ids=position_ids)
     with pytest.raises(ValueError, match="use_remove_padding=true"):
         varlen_causal_attention(q, k, v, None, 5, position_ids=None)
-    with pytest.raises(NotImplementedError, match="sliding_window"):
-        varlen_causal_attention(q, k, v, None, 5, position_ids=position_ids, sliding_window=4)
+    with pytest.raises(NotImplementedError, match="softcap"):
+        varlen_causal_attention(q, k, v, None, 5, position_ids=position_ids, softcap=30.0)
+    with pytest.raises(ValueError, match="one sink per query head.*ulysses_sequence_parallel_size=1"):
+        varlen_causal_attention(q, k, v, None, 5, position_ids=position_ids, s_aux=torch.zeros(8))
+    with pytest.raises(ValueError, match="sliding_window must be >= 1"):
+        varlen_causal_attention(q, k, v, None, 5, position_ids=position_ids, sliding_window=0)
     with pytest.raises(ValueError, match="must start a sequence"):
         varlen_causal_attention(q, k, v, None, 5, position_ids=position_ids + 1)
 

@@ -1,0 +1,219 @@
+"""GPT-OSS's sink attention against eager on a tiny model: the forward and the training gradients.
+
+    python -m dfpo.launch.sink_attention_check            # the GPT-OSS recipe's attention, on CUDA
+    python -m dfpo.launch.sink_attention_check --cpu      # the CPU backend's packed attention, on CPU
+
+GPT-OSS learns one attention-sink logit per head (``GptOssAttention.sinks``, passed to the
+attention function as ``s_aux``) and alternates sliding-window and full-attention layers.
+transformers' ``eager_attention_forward`` for GPT-OSS computes both and autograd differentiates
+it, so it is the reference; an attention implementation that drops the sinks or the window in its
+forward, or whose backward gives the sinks (or q/k/v) no or the wrong gradient, trains a different
+model without any error. :func:`compare_with_eager` builds a 2-layer ``GptOssForCausalLM`` (one
+sliding-window layer, window 4, one full-attention layer; hidden 64, 4 heads, 2 key/value heads,
+4 experts), gives the sinks values that matter, and runs sequences longer than the window:
+eager one sequence at a time, the implementation under test on all of them packed into one row
+(position ids restarting at 0, verl's ``use_remove_padding`` layout). The logits and the gradients
+of every attention layer's q/k/v/o projections and sinks must agree.
+
+The GPU smoke (scripts/gpu_smoke.sh) runs this on CUDA with the recipe's implementation
+(:func:`recipe_attention`); tests/cpu/test_sink_attention.py runs it on CPU. Exit status: 0 when
+every quantity agrees, 1 when one does not, :data:`SKIPPED` when the device is absent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+GPT_OSS_RECIPE_CONFIG = REPO_ROOT / "dfpo" / "config" / "base_model" / "gpt_oss_120b.yaml"
+ATTENTION_KEY = "actor_rollout_ref.model.override_config.attn_implementation"
+ATTENTION_KNOB = "GPT_OSS_ATTN_IMPLEMENTATION"
+CPU_PACKED_ATTENTION = "dfpo_cpu_varlen"
+"""The CPU platform's attention for packed micro-batches (cpu_backend/varlen_attention.py)."""
+SKIPPED = 77
+"""Exit status when the requested device is not there (scripts/gpu_smoke.sh records SKIP)."""
+LENGTHS = (11, 7, 9)
+"""The packed sequences' lengths [ours]: each longer than :data:`SLIDING_WINDOW`, one odd one out."""
+SLIDING_WINDOW = 4
+ATTENTION_WEIGHTS = ("q_proj", "k_proj", "v_proj", "o_proj")
+INITIALIZER_RANGE = 0.3
+"""Weights' standard deviation [ours]: at transformers' 0.02 the attention logits are near zero and
+the attention output barely reaches the logits, so a dropped window or sink moved them by less than
+the tolerance; at 0.3 each changes the compared quantities by far more than it."""
+
+
+def recipe_attention(environ: dict[str, str] | None = None, config_file: Path = GPT_OSS_RECIPE_CONFIG) -> str:
+    """The training attention the GPT-OSS recipe runs: ``GPT_OSS_ATTN_IMPLEMENTATION`` when set
+    (recipes/common.sh passes it to ``actor_rollout_ref.model.override_config.attn_implementation``),
+    else the value in dfpo/config/base_model/gpt_oss_120b.yaml."""
+    environ = os.environ if environ is None else environ
+    if environ.get(ATTENTION_KNOB):
+        return environ[ATTENTION_KNOB]
+    from omegaconf import OmegaConf
+
+    value = OmegaConf.select(OmegaConf.load(config_file), ATTENTION_KEY)
+    if not value:
+        raise ValueError(f"{config_file} sets no {ATTENTION_KEY}: the GPT-OSS recipe's training attention is unknown")
+    return str(value)
+
+
+def tiny_gpt_oss_config():
+    """A 2-layer GPT-OSS [ours]: sliding-window layer then full-attention layer, hidden 64, 4 query
+    heads and 2 key/value heads of 16, 4 experts (2 active), window :data:`SLIDING_WINDOW`."""
+    from transformers import GptOssConfig
+
+    return GptOssConfig(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        sliding_window=SLIDING_WINDOW,
+        layer_types=["sliding_attention", "full_attention"],
+        max_position_embeddings=131072,  # YaRN's factor 32 over the default 4096 original positions
+        initializer_range=INITIALIZER_RANGE,
+    )
+
+
+@dataclass
+class SinkAttentionReport:
+    """Each compared quantity's largest difference from eager, relative to eager's largest magnitude."""
+
+    attn_implementation: str
+    device: str
+    tolerance: float
+    errors: dict[str, float] = field(default_factory=dict)
+
+    def failures(self) -> list[str]:
+        return [name for name, error in self.errors.items() if not error <= self.tolerance]  # NaN fails too
+
+    def lines(self) -> list[str]:
+        return [
+            f"{'ok' if not error > self.tolerance and error == error else 'FAIL':>4}  {name}: {error:.2e}"
+            for name, error in self.errors.items()
+        ]
+
+
+def _relative_error(found, expected) -> float:
+    scale = float(expected.abs().max())
+    return float((found.double() - expected.double()).abs().max()) / max(scale, 1e-30)
+
+
+def _prepare(attn_implementation: str) -> None:
+    """Register an implementation that only exists once dfpo's CPU backend installs it."""
+    if attn_implementation == CPU_PACKED_ATTENTION:
+        from cpu_backend.varlen_attention import install
+
+        install()
+
+
+def compare_with_eager(
+    attn_implementation: str,
+    device: str = "cpu",
+    lengths: Sequence[int] = LENGTHS,
+    tolerance: float | None = None,
+    seed: int = 0,
+) -> SinkAttentionReport:
+    """Logits and attention gradients of ``attn_implementation`` on one packed row against eager
+    run on each sequence alone, in float32 on ``device``; the loss is a fixed random weighting of
+    the logits, so every logit's gradient reaches the attention. ``tolerance`` defaults to 1e-4
+    on CPU and 1e-3 on an accelerator (kernels sum in another order) [ours]."""
+    import torch
+    from transformers import GptOssForCausalLM
+    from verl.models.transformers.monkey_patch import apply_monkey_patch
+
+    if min(lengths) <= SLIDING_WINDOW:
+        raise ValueError(f"lengths {list(lengths)}: each must exceed the sliding window ({SLIDING_WINDOW})")
+    _prepare(attn_implementation)
+    torch.manual_seed(seed)
+    config = tiny_gpt_oss_config()
+    # a config each: _from_config writes the attention into the config object it is given
+    reference = GptOssForCausalLM._from_config(tiny_gpt_oss_config(), attn_implementation="eager", dtype=torch.float32)
+    with torch.no_grad():  # the initialiser's sinks (std 0.02) barely move the softmax; these do
+        for layer in reference.model.layers:
+            layer.self_attn.sinks.copy_(torch.randn_like(layer.self_attn.sinks) * 2.0)
+    candidate = GptOssForCausalLM._from_config(config, attn_implementation=attn_implementation, dtype=torch.float32)
+    candidate.load_state_dict(reference.state_dict())
+    if reference.config._attn_implementation != "eager":
+        raise RuntimeError(f"the reference model runs {reference.config._attn_implementation}, not eager")
+    reference, candidate = reference.to(device).train(), candidate.to(device).train()
+    apply_monkey_patch(candidate, ulysses_sp_size=1, use_remove_padding=True)  # as verl's FSDP engine does
+
+    generator = torch.Generator().manual_seed(seed)
+    sequences = [torch.randint(0, config.vocab_size, (n,), generator=generator) for n in lengths]
+    weights = torch.randn(sum(lengths), config.vocab_size, generator=generator)
+    sequences, weights = [s.to(device) for s in sequences], weights.to(device)
+
+    eager_logits, start = [], 0
+    for sequence in sequences:  # eager: each sequence in its own batch, gradients accumulated
+        logits = reference(input_ids=sequence.unsqueeze(0)).logits[0]
+        (logits * weights[start : start + len(sequence)]).sum().backward()
+        eager_logits.append(logits.detach())
+        start += len(sequence)
+    row = torch.cat(sequences).unsqueeze(0)
+    position_ids = torch.cat([torch.arange(n, device=device) for n in lengths]).unsqueeze(0)
+    packed_logits = candidate(input_ids=row, position_ids=position_ids).logits[0]
+    (packed_logits * weights).sum().backward()
+
+    if tolerance is None:
+        tolerance = 1e-4 if torch.device(device).type == "cpu" else 1e-3
+    report = SinkAttentionReport(attn_implementation, str(device), tolerance)
+    report.errors["logits"] = _relative_error(packed_logits.detach(), torch.cat(eager_logits))
+    for index, (mine, theirs) in enumerate(zip(candidate.model.layers, reference.model.layers, strict=True)):
+        kind = config.layer_types[index]
+        for name in ATTENTION_WEIGHTS:
+            found, expected = getattr(mine.self_attn, name).weight.grad, getattr(theirs.self_attn, name).weight.grad
+            report.errors[f"layer {index} ({kind}) {name}.weight grad"] = (
+                float("nan") if found is None else _relative_error(found, expected)
+            )
+        found, expected = mine.self_attn.sinks.grad, theirs.self_attn.sinks.grad
+        report.errors[f"layer {index} ({kind}) sinks grad"] = (
+            float("nan") if found is None else _relative_error(found, expected)
+        )
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dfpo.launch.sink_attention_check", description=__doc__)
+    parser.add_argument(
+        "--cpu",
+        action="store_true",
+        help=f"check the CPU backend's packed attention ({CPU_PACKED_ATTENTION}) on CPU, not the recipe's on CUDA",
+    )
+    parser.add_argument("--attn", help="the attention implementation to check (default: the GPT-OSS recipe's)")
+    args = parser.parse_args(argv)
+    import torch
+
+    device = "cpu" if args.cpu else "cuda"
+    attention = args.attn or (CPU_PACKED_ATTENTION if args.cpu else recipe_attention())
+    if device == "cuda" and not torch.cuda.is_available():
+        print(
+            f"sink attention check SKIPPED: no CUDA device (torch {torch.__version__}, CUDA build "
+            f"{torch.version.cuda}); {attention} was not checked against eager "
+            "(python -m dfpo.launch.doctor says why torch sees no GPU)"
+        )
+        return SKIPPED
+    report = compare_with_eager(attention, device)
+    print(f"GPT-OSS sink attention: {attention} against eager on {device} (tolerance {report.tolerance:g})")
+    print("\n".join(report.lines()))
+    failed = report.failures()
+    if failed:
+        print(
+            f"FAIL: {attention} differs from eager in {', '.join(failed)}; it would train GPT-OSS's sinks wrongly "
+            f"(set {ATTENTION_KNOB}=eager, or see docs/recipes.md, GPT-OSS-120B)"
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

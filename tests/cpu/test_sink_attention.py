@@ -1,0 +1,119 @@
+"""GPT-OSS's sink attention on CPU (dfpo/launch/sink_attention_check.py): the CPU backend's packed
+attention (cpu_backend/varlen_attention.py, what the CPU platform runs with use_remove_padding)
+trains a tiny GPT-OSS exactly as eager does — logits and the gradients of every attention layer's
+q/k/v/o weights and sinks, on a sliding-window and a full-attention layer, sequences longer than
+the window, several sequences packed in one row against each sequence run alone. The comparison
+catches an attention that drops the sinks or the window, and the two findings the GPU recipe's
+choice rests on still hold: transformers' flex_attention refuses sinks on CPU, and eager on a
+packed GPT-OSS row attends across its sequences."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cpu_backend import varlen_attention
+from dfpo.launch.sink_attention_check import (
+    CPU_PACKED_ATTENTION,
+    LENGTHS,
+    SKIPPED,
+    SLIDING_WINDOW,
+    compare_with_eager,
+    main,
+    recipe_attention,
+)
+
+LAYERS = ("layer 0 (sliding_attention)", "layer 1 (full_attention)")
+
+
+def test_the_cpu_packed_attention_trains_gpt_oss_like_eager():
+    report = compare_with_eager(CPU_PACKED_ATTENTION)
+    assert min(LENGTHS) > SLIDING_WINDOW and len(LENGTHS) > 1  # windows bite, rows are packed
+    assert report.failures() == [], "\n".join(report.lines())
+    expected = {"logits"} | {
+        f"{layer} {name}" for layer in LAYERS for name in ("q_proj.weight grad", "k_proj.weight grad")
+    }
+    expected |= {f"{layer} {name}" for layer in LAYERS for name in ("v_proj.weight grad", "o_proj.weight grad")}
+    expected |= {f"{layer} sinks grad" for layer in LAYERS}
+    assert set(report.errors) == expected
+
+
+def _without_sinks(q, k, v, scale, sliding_window, sinks):
+    return _windowed(q, k, v, scale, sliding_window, None)
+
+
+def _without_window(q, k, v, scale, sliding_window, sinks):
+    return _windowed(q, k, v, scale, None, sinks)
+
+
+_windowed = varlen_attention.windowed_sink_attention
+
+
+@pytest.mark.parametrize(
+    ("mutant", "wrong"),
+    [
+        (
+            _without_sinks,
+            {"logits"} | {f"{layer} {name}" for layer in LAYERS for name in ("sinks grad", "q_proj.weight grad")},
+        ),
+        (_without_window, {"logits"} | {f"{LAYERS[0]} {name}" for name in ("sinks grad", "q_proj.weight grad")}),
+    ],
+)
+def test_the_comparison_fails_an_attention_that_drops_the_sinks_or_the_window(monkeypatch, mutant, wrong):
+    monkeypatch.setattr(varlen_attention, "windowed_sink_attention", mutant)
+    assert wrong <= set(compare_with_eager(CPU_PACKED_ATTENTION).failures())
+
+
+def test_the_comparison_fails_an_attention_whose_backward_leaves_the_sinks_untrained(monkeypatch):
+    """The hub kernel's failure mode: the forward takes the sinks, the backward gives them nothing."""
+
+    def sinks_detached(q, k, v, scale, sliding_window, sinks):
+        return _windowed(q, k, v, scale, sliding_window, None if sinks is None else sinks.detach())
+
+    monkeypatch.setattr(varlen_attention, "windowed_sink_attention", sinks_detached)
+    failures = compare_with_eager(CPU_PACKED_ATTENTION).failures()
+    assert failures == [f"{layer} sinks grad" for layer in LAYERS]
+
+
+def test_flex_attention_refuses_sinks_on_cpu():
+    """Why the CPU recipes cannot run the GPU recipe's flex_attention: transformers' flex
+    integration returns no log-sum-exp on CPU and refuses sinks there."""
+    from transformers.integrations.flex_attention import flex_attention_forward
+
+    layer = torch.nn.Module()
+    query, key = torch.zeros(1, 4, 8, 16), torch.zeros(1, 2, 8, 16)
+    with pytest.raises(ValueError, match="Attention sinks cannot be run on CPU with flex attention"):
+        flex_attention_forward(layer, query, key, key, None, scaling=0.25, s_aux=torch.zeros(4))
+
+
+def test_the_reason_gpt_oss_cannot_pack_still_holds():
+    """Eager on one packed row (verl's use_remove_padding layout: position ids restarting at 0, no
+    mask) differs from eager on each sequence: transformers' GptOssModel builds its masks without
+    the position ids, so its mask-based attentions (eager, flex_attention) attend across packed
+    sequences. When this fails, packing may have become safe for GPT-OSS: re-check, and re-enable
+    use_remove_padding in dfpo/config/base_model/gpt_oss_120b.yaml."""
+    import inspect
+
+    from transformers.models.gpt_oss import modeling_gpt_oss
+
+    assert (
+        "position_ids" not in inspect.getsource(modeling_gpt_oss.GptOssModel.forward).split("mask_kwargs = {")[1][:300]
+    )
+    assert "logits" in compare_with_eager("eager").failures()
+
+
+def test_the_recipe_attention_is_the_knob_or_the_model_file(tmp_path):
+    assert recipe_attention({}) == "flex_attention"
+    assert recipe_attention({"GPT_OSS_ATTN_IMPLEMENTATION": "eager"}) == "eager"
+    empty = tmp_path / "model.yaml"
+    empty.write_text("actor_rollout_ref:\n  model: {}\n")
+    with pytest.raises(ValueError, match="sets no actor_rollout_ref.model.override_config.attn_implementation"):
+        recipe_attention({}, empty)
+
+
+def test_the_cli_checks_the_cpu_attention_and_skips_without_cuda(capsys):
+    assert main(["--cpu"]) == 0
+    assert f"{CPU_PACKED_ATTENTION} against eager on cpu" in capsys.readouterr().out
+    if not torch.cuda.is_available():
+        assert main([]) == SKIPPED
+        assert "SKIPPED: no CUDA device" in capsys.readouterr().out
