@@ -8,19 +8,23 @@ Checks: Python; every pinned package at its pinned version; dfpo registered in v
 and vLLM itself will find it (the distribution name ``vllm`` verl reads, the platform vLLM picks:
 CUDA on the GPU stack, its CPU build on the CPU stack, its compiled kernels loading against the
 installed torch, verl's vLLM module importing); the GPUs, the CUDA build of torch and the NVIDIA
-driver it needs; the attention kernels the recipes use (flash-attn for Qwen3, ``kernels`` for
-GPT-OSS's sink attention, causal-conv1d and flash-linear-attention for Qwen3-Next); on the CPU
-stack instead, that dfpo's CPU backend fits the installed verl and the memory a CPU run with one
-vLLM engine needs; the code-reward sandbox (strong on the GPU stack, or
-``REWARD_SANDBOX_ALLOW_WEAK=1``); and the paths a run reads and writes (``MODEL_PATH``,
-``DATA_DIR``, ``OUTPUT_ROOT``): present, and on shared storage when ``NNODES`` > 1 (checkpoint
-shards are written per rank and resume needs them all at one path).
+driver it needs; the attention kernels the recipes use, loaded (flash-attn for Qwen3; GPT-OSS's
+training attention — ``GPT_OSS_ATTN_IMPLEMENTATION`` or the recipe's — one whose backward trains
+the learned sinks, a hub kernel only at a pinned revision and loaded with ``kernels.get_kernel``;
+Qwen3-Next's fast Gated DeltaNet as transformers decides it, causal-conv1d and
+flash-linear-attention imported as transformers imports them); on the CPU stack instead, that
+dfpo's CPU backend fits the installed verl, the memory a CPU run with one vLLM engine needs, and
+which Gated DeltaNet path the tiny Qwen3-Next takes (the torch one, expected on CPU); the
+code-reward sandbox (strong on the GPU stack, or ``REWARD_SANDBOX_ALLOW_WEAK=1``); and the paths a
+run reads and writes (``MODEL_PATH``, ``DATA_DIR``, ``OUTPUT_ROOT``): present, and on shared storage
+when ``NNODES`` > 1 (checkpoint shards are written per rank and resume needs them all at one path).
 Prints one line per check; exits 1 when a check fails, 0 otherwise (warnings do not fail).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import re
 import shutil
@@ -334,45 +338,185 @@ def check_gpus(driver: str | None, torch_cuda: str | None, devices: list[str]) -
     return checks
 
 
-def check_attention_kernels(version: Callable[[str], str | None] = installed_version) -> list[Check]:
-    """The kernels each recipe family loads; a missing one stops (or slows) that family only."""
-    build = (
-        "pip install --no-build-isolation -r requirements-gpu-build.txt (compiles against CUDA; see docs/install.md)"
+GPT_OSS_HEADS = 64
+"""GPT-OSS-120B's query heads: eager attention holds heads x T x T probabilities per layer."""
+SINK_ATTENTION_DIFFERENTIATED = ("flex_attention", "eager")
+"""transformers 5.9 implementations that put GPT-OSS's sinks (``s_aux``) into the softmax and let
+autograd differentiate through them: eager as an extra logit column, flex_attention (on CUDA) by
+renormalising its output with the log-sum-exp torch's flex backward differentiates."""
+SINKS_NOT_TRAINED = {
+    "kernels-community/vllm-flash-attn3": (
+        "its forward takes the sinks (s_aux) but its backward has no sink gradient "
+        "(Dao-AILab/flash-attention#1797; verl#3894 advises eager for correctness): the sinks would not train"
+    ),
+    "flash_attention_2": (
+        "GPT-OSS accepts only kernels-community/vllm-flash-attn3 or flash_attention_4 as flash attention: "
+        "transformers swaps flash_attention_2 for vllm-flash-attn3, whose backward has no sink gradient"
+    ),
+    "flash_attention_3": (
+        "GPT-OSS accepts only kernels-community/vllm-flash-attn3 or flash_attention_4 as flash attention: "
+        "transformers swaps flash_attention_3 for vllm-flash-attn3, whose backward has no sink gradient"
+    ),
+    "sdpa": "transformers refuses sdpa for GPT-OSS (torch's SDPA has no sink logit)",
+}
+DEFAULT_SINK_ATTENTION = "flex_attention"
+BUILD_FIX = (
+    "pip install --no-build-isolation -r requirements-gpu-build.txt (compiles against CUDA; see docs/install.md)"
+)
+
+
+def parse_hub_kernel(name: str) -> tuple[str, str | None] | None:
+    """``(repo, revision)`` of a Hugging Face hub kernel name as transformers reads
+    ``attn_implementation`` (``org/repo``, ``org/repo@revision``, optionally ``:function``), revision
+    None when unpinned; None when ``name`` is no hub kernel (transformers' ``is_kernel`` pattern)."""
+    match = re.fullmatch(r"([^/:@|]+/[^/:@]+)(?:@([^/:]+))?(?::[^/:]+)?", name.split("|")[-1].strip())
+    return (match.group(1), match.group(2)) if match else None
+
+
+def load_hub_kernel(repo: str, revision: str):
+    """The kernel ``kernels.get_kernel`` loads for ``repo`` at ``revision``, as transformers loads it
+    for ``attn_implementation=repo@revision`` (from the Hugging Face cache or the hub)."""
+    import kernels
+
+    return kernels.get_kernel(repo, revision=revision)
+
+
+def check_gpt_oss_attention(
+    attention: str,
+    load_kernel: Callable[[str, str], object] = load_hub_kernel,
+    import_module: Callable[[str], object] = importlib.import_module,
+) -> Check:
+    """The training attention of the GPT-OSS recipe (``GPT_OSS_ATTN_IMPLEMENTATION``, else
+    dfpo/config/base_model/gpt_oss_120b.yaml): one whose backward trains the learned sinks,
+    loaded as the run will load it. A hub kernel must name a revision, and is loaded."""
+    name = f"GPT-OSS sink attention ({attention})"
+    prove = f"prove it against eager: python -m dfpo.launch.sink_attention_check --attn {attention}"
+    back = f"unset GPT_OSS_ATTN_IMPLEMENTATION (the recipe's {DEFAULT_SINK_ATTENTION}, docs/recipes.md, GPT-OSS-120B)"
+    hub = parse_hub_kernel(attention)
+    repo = hub[0] if hub else attention
+    if repo in SINKS_NOT_TRAINED:
+        return Check(name, FAIL, SINKS_NOT_TRAINED[repo], back)
+    if hub is not None:
+        repo, revision = hub
+        if revision is None:
+            return Check(
+                name,
+                FAIL,
+                f"hub kernel {repo} with no revision: each load takes whatever the hub repo serves that day "
+                "(and kernels picks a build by torch and CUDA name), so nodes and reruns may differ",
+                f"pin a commit of the hub repo: GPT_OSS_ATTN_IMPLEMENTATION={repo}@<commit sha> (transformers "
+                f"passes it to kernels.get_kernel({repo!r}, revision=...)); then prove it against eager: "
+                f"python -m dfpo.launch.sink_attention_check --attn {repo}@<commit sha>",
+            )
+        try:
+            load_kernel(repo, revision)
+        except Exception as error:  # noqa: BLE001  (any failure is the finding)
+            return Check(
+                name,
+                FAIL,
+                f"kernels.get_kernel({repo!r}, revision={revision!r}) failed: {type(error).__name__}: {error}",
+                "pip install -r requirements.txt (kernels); load it once with network access on each node, or share "
+                "HF_HOME",
+            )
+        return Check(name, WARN, f"{repo}@{revision} loads; its sink backward is not known to be correct", prove)
+    if attention == "flex_attention":
+        try:
+            import_module("torch.nn.attention.flex_attention")
+            import_module("transformers.integrations.flex_attention")
+        except Exception as error:  # noqa: BLE001
+            return Check(name, FAIL, f"{type(error).__name__}: {error}", "pip install -r requirements.txt (torch)")
+        return Check(
+            name,
+            OK,
+            "sinks renormalised through flex's log-sum-exp, which torch's flex backward differentiates; windows "
+            "and padding as block masks (memory linear in the sequence); CUDA only (transformers refuses sinks "
+            "in flex on CPU); the GPU smoke's sink stage checks it against eager",
+        )
+    if attention == "eager":
+        gib = GPT_OSS_HEADS * 34816**2 * 2 / 2**30
+        return Check(
+            name,
+            WARN,
+            f"correct, but its attention probabilities are quadratic: {gib:,.0f} GiB of bf16 per layer at "
+            "34,816 tokens, more than a GPU holds",
+            back,
+        )
+    return Check(name, WARN, f"{attention}: not known to train GPT-OSS's sinks", prove)
+
+
+QWEN3_NEXT_KERNELS = (
+    ("causal-conv1d", "causal_conv1d", ("causal_conv1d_fn", "causal_conv1d_update")),
+    (
+        "flash-linear-attention",
+        "fla.ops.gated_delta_rule",
+        ("chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule"),
+    ),
+    ("flash-linear-attention", "fla.modules", ("FusedRMSNormGated",)),
+)
+"""What transformers' modeling_qwen3_next imports for its fast Gated DeltaNet: (package, module, names)."""
+QWEN3_NEXT_MODELING = "transformers.models.qwen3_next.modeling_qwen3_next"
+
+
+def check_qwen3_next_fast_path(stack: str, import_module: Callable[[str], object] = importlib.import_module) -> Check:
+    """Whether transformers runs Qwen3-Next's Gated DeltaNet on its fast kernels, decided as
+    transformers decides it (``is_fast_path_available`` in modeling_qwen3_next: causal-conv1d and
+    flash-linear-attention importable, and CUDA), each kernel module imported as transformers
+    imports it so a broken build names its error. On a GPU node the slow torch fallback fails (it
+    is the same model, many times slower, with only a warning at load); on the CPU stack it is
+    what the tiny Qwen3-Next runs on purpose."""
+    name = "Qwen3-Next linear attention"
+    problems = []
+    for package, module, names in QWEN3_NEXT_KERNELS:
+        try:
+            loaded = import_module(module)
+            missing = [n for n in names if not hasattr(loaded, n)]
+            if missing:
+                problems.append(f"{package}: {module} has no {', '.join(missing)}")
+        except Exception as error:  # noqa: BLE001  (any failure is the finding)
+            problems.append(f"{package}: {type(error).__name__}: {error}")
+    try:
+        fast = bool(import_module(QWEN3_NEXT_MODELING).is_fast_path_available)
+    except Exception as error:  # noqa: BLE001
+        return Check(
+            name, FAIL, f"{QWEN3_NEXT_MODELING}: {type(error).__name__}: {error}", "pip install -r requirements.txt"
+        )
+    if fast:
+        return Check(name, OK, "transformers' fast path (is_fast_path_available): causal-conv1d and fla kernels loaded")
+    why = "; ".join(problems) or "the kernels import, but transformers enables them only when torch sees CUDA"
+    if stack == "cpu":
+        return Check(name, OK, f"torch fallback, as expected on CPU (the tiny Qwen3-Next runs it on purpose): {why}")
+    return Check(
+        name,
+        FAIL,
+        f"transformers would run the Qwen3-Next recipe's Gated DeltaNet in its slow torch fallback "
+        f"(is_fast_path_available=False): {why}",
+        f"{BUILD_FIX}; pip install -r requirements.txt (flash-linear-attention)",
     )
-    checks = []
+
+
+def check_attention_kernels(
+    version: Callable[[str], str | None] = installed_version,
+    environ: dict[str, str] | None = None,
+    load_kernel: Callable[[str, str], object] = load_hub_kernel,
+    import_module: Callable[[str], object] = importlib.import_module,
+) -> list[Check]:
+    """The kernels each GPU recipe family loads, loaded; a missing or wrong one stops (or slows)
+    that family only."""
+    from dfpo.launch.sink_attention_check import recipe_attention
+
     flash = version("flash-attn")
-    checks.append(
+    checks = [
         Check("flash-attn (Qwen3 recipes)", OK, flash)
         if flash
         else Check(
             "flash-attn (Qwen3 recipes)",
             FAIL,
             "missing: transformers refuses attn_implementation=flash_attention_2 (verl's default) without it",
-            build,
+            BUILD_FIX,
         )
-    )
-    kernels = version("kernels")
-    checks.append(
-        Check("kernels (GPT-OSS sink attention)", OK, kernels)
-        if kernels
-        else Check(
-            "kernels (GPT-OSS sink attention)",
-            FAIL,
-            "missing: the vllm-flash-attn3 hub kernel cannot load",
-            "pip install -r requirements.txt",
-        )
-    )
-    missing = [name for name in ("causal-conv1d", "flash-linear-attention") if not version(name)]
-    checks.append(
-        Check(
-            "Qwen3-Next linear attention",
-            WARN,
-            f"missing {', '.join(missing)}: transformers falls back to its slow torch path",
-            build,
-        )
-        if missing
-        else Check("Qwen3-Next linear attention", OK, "causal-conv1d and flash-linear-attention present")
-    )
+    ]
+    checks.append(check_gpt_oss_attention(recipe_attention(environ), load_kernel, import_module))
+    checks.append(check_qwen3_next_fast_path("gpu", import_module))
     return checks
 
 
@@ -510,9 +654,10 @@ def run_checks(stack: str, env: dict[str, str]) -> list[Check]:
     checks.append(check_vllm(stack))
     if stack == "gpu":
         checks += check_gpus(*gpu_facts())
-        checks += check_attention_kernels()
+        checks += check_attention_kernels(environ=env)
     else:
         checks.append(check_cpu_backend())
+        checks.append(check_qwen3_next_fast_path("cpu"))
         checks.append(check_cpu_memory())
         checks.append(check_cpu_precision())
     checks.append(check_sandbox(stack, env))

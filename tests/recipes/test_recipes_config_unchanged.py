@@ -34,6 +34,22 @@ THINKING_MODELS = {
     "gpt_oss_120b": "harmony",
 }
 _LAUNCH_TIME = re.compile(r"\.\d{8}T\d{6}Z\.jsonl")
+# GPT-OSS trains with flex_attention on padded micro-batches of one sequence (the hub kernel's
+# backward has no sink gradient; GPT-OSS's masks ignore packed position ids): gpt_oss_120b.yaml
+GPT_OSS_TRAINING_ATTENTION = {
+    "actor_rollout_ref.model.override_config.attn_implementation": (
+        "kernels-community/vllm-flash-attn3",
+        "flex_attention",
+    ),
+    "actor_rollout_ref.model.use_remove_padding": (True, False),
+    "actor_rollout_ref.actor.use_remove_padding": (True, False),
+    "actor_rollout_ref.actor.use_dynamic_bsz": (True, False),
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": (None, 1),
+    "actor_rollout_ref.ref.log_prob_use_dynamic_bsz": (True, False),
+    "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz": (True, False),
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": (None, 1),
+    "critic.use_dynamic_bsz": (True, False),
+}
 
 
 def _normalised(overrides: list[str]) -> list[str]:
@@ -73,7 +89,8 @@ def expected_differences(before: list[str]) -> dict[str, tuple[object, object]]:
     reference policy's dtype, read only with the KL loss (the launcher set it only then). A thinking
     model's recipe now reads only the final answer (its base model file sets the reward's
     ``response_format`` and verl's naive manager plus the cut-off flag, loaded through verl's importlib
-    source: docs/rewards.md, "Thinking models")."""
+    source: docs/rewards.md, "Thinking models"). GPT-OSS's training attention and batching changed
+    (:data:`GPT_OSS_TRAINING_ATTENTION`)."""
     experiment = _value_of(before, "trainer.experiment_name")
     for model, response_format in THINKING_MODELS.items():
         if f"-{model}-" in experiment:
@@ -82,6 +99,7 @@ def expected_differences(before: list[str]) -> dict[str, tuple[object, object]]:
                 "reward.reward_manager.module.path": (None, "{repo}/reward/verl_reward_manager.py"),
                 "reward.reward_manager.name": ("naive", "TruncationAwareRewardManager"),
                 "reward.reward_manager.source": ("register", "importlib"),
+                **(GPT_OSS_TRAINING_ATTENTION if model == "gpt_oss_120b" else {}),
             }
     if "trainer.device=cpu" not in before:
         return {}

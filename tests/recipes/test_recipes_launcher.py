@@ -154,7 +154,7 @@ def test_a_new_model_is_one_file(config_copy, monkeypatch):
     """A model file added to dfpo/config/base_model/ is all the launcher and dfpo.main need: the
     launcher accepts it, the config composes with its values and the recipes' defaults, its token
     budgets follow its lengths and any knob, and dfpo.main's memory plan is made for it once
-    memory_plan.py knows its shape (and says there is none before)."""
+    dfpo/launch/model_anatomy.py knows its published config (and says there is none before)."""
     from dfpo.launch import memory_plan
     from dfpo.launch.preflight import memory_plan_report
     from dfpo.launch.recipe import recipe_command
@@ -169,11 +169,9 @@ def test_a_new_model_is_one_file(config_copy, monkeypatch):
     assert cfg.trainer.experiment_name == "gspo-llama3_8b-g8-seed1"
     assert cfg.dfpo.model_id == "meta-llama/Meta-Llama-3-8B"  # what a missing checkpoint's message names
     assert "no memory plan" in memory_plan_report(cfg, environ={})
-    monkeypatch.setitem(
-        memory_plan.KNOWN_MODELS,
-        "llama3_8b",
-        memory_plan.ModelShape(params=8.0e9, layers=32, hidden=4096, vocab=128256),
-    )
+    llama3_8b = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32}
+    llama3_8b |= {"num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256}
+    monkeypatch.setitem(memory_plan.KNOWN_MODELS, "llama3_8b", llama3_8b)
     plan = memory_plan_report(cfg, environ={})
     assert "llama3_8b" in plan and "no memory plan" not in plan
 
@@ -300,7 +298,7 @@ def test_the_printed_line_run_verbatim_is_what_dfpo_main_composes():
     assert cfg.actor_rollout_ref.model.path == model
     assert list(cfg.data.val_files) == [f"{data}/{name}.parquet" for name in ("aime25", "hmmt25", "lcb_v6")]
     assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == "cispo"
-    assert cfg.actor_rollout_ref.model.override_config.attn_implementation == "kernels-community/vllm-flash-attn3"
+    assert cfg.actor_rollout_ref.model.override_config.attn_implementation == "flex_attention"
     assert cfg.trainer.experiment_name == "grpo_fix-gpt_oss_120b-g8-seed1"
 
 
