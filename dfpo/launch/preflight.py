@@ -302,8 +302,10 @@ def check_attention_sinks_with_ulysses(config) -> None:
 
 
 def memory_plan_report(config, environ: dict[str, str] | None = None) -> str | None:
-    """The per-GPU memory plan of a GPU run (text), or None on CPU. ``GPU_MEMORY_GB`` (default 80)
-    is the GPU's memory."""
+    """The plan of a GPU run (text; :mod:`dfpo.launch.memory_plan`): per-GPU memory by phase, host memory
+    per node, collective bytes and step time; None on CPU. ``GPU_MEMORY_GB`` (default 80) is the GPU's
+    memory. The model is the checkpoint's config.json when there is one, else the published config of
+    the model ``dfpo.model`` names (or whose shape the config.json has)."""
     from dfpo.launch import memory_plan
 
     if str(config.trainer.device) == "cpu":
@@ -312,23 +314,28 @@ def memory_plan_report(config, environ: dict[str, str] | None = None) -> str | N
     gpu_memory_gb = float(environ.get("GPU_MEMORY_GB", "80"))
     name = _named_model(config)
     model_path = str(config.actor_rollout_ref.model.path)
+    hf_config = _model_config(config)
     if name is None:
-        hf_config = _model_config(config)
-        name = memory_plan.known_model_of(hf_config)
-    if name is None:
-        found = "its config.json matches" if hf_config else "there is no config.json there, and dfpo.model names"
+        name = memory_plan.known_model_of(hf_config) if hf_config else None
+    if name is None and not hf_config:
         return (
-            f"dfpo preflight: no memory plan for {model_path}: {found} no model of "
-            f"dfpo/launch/memory_plan.py ({', '.join(sorted(memory_plan.KNOWN_MODELS))}); add its shape to "
-            "KNOWN_MODELS "
-            "(and set dfpo.model) for an estimate."
+            f"dfpo preflight: no memory plan for {model_path}: there is no config.json there, and dfpo.model names "
+            "no model of PUBLISHED_CONFIGS in dfpo/launch/model_anatomy.py "
+            f"({', '.join(sorted(memory_plan.KNOWN_MODELS))}); set dfpo.model, or point "
+            "actor_rollout_ref.model.path at the checkpoint, for a plan."
         )
     try:
-        shape = memory_plan.model_shape(str(name), model_path)
-    except KeyError as error:
-        return f"dfpo preflight: no memory plan: {error.args[0]}; add it to KNOWN_MODELS in dfpo/launch/memory_plan.py."
-    settings = memory_plan.settings_from_config(config, gpu_memory_gb)
-    return memory_plan.render(str(name), memory_plan.plan(shape, settings), gpu_memory_gb)
+        hf_config = hf_config.get("text_config", hf_config) if hf_config else memory_plan.hf_config_for(name, None)
+        wrap = config.actor_rollout_ref.actor.fsdp_config.get("wrap_policy", {}).get("transformer_layer_cls_to_wrap")
+        plan = memory_plan.run_plan(
+            str(name or Path(model_path).name),
+            hf_config,
+            memory_plan.settings_from_config(config, gpu_memory_gb),
+            tuple(wrap) if wrap else None,
+        )
+    except (KeyError, ValueError) as error:
+        return f"dfpo preflight: no memory plan: {error.args[0]}"
+    return memory_plan.render(plan)
 
 
 def check_checkpoint_storage(config, environ: dict[str, str] | None = None, mounts_text: str | None = None) -> None:

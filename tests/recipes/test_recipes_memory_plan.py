@@ -1,51 +1,68 @@
-"""The memory plan (dfpo/launch/memory_plan.py): every shipped GPU recipe fits an 80 GB GPU with a margin,
-dfpo.main says the plan of the config it runs, and the estimate's parts follow their formulas."""
+"""The plan (dfpo/launch/memory_plan.py): every shipped GPU recipe fits an 80 GB GPU with a margin, dfpo.main
+prints the plan of the config it runs, and the parts follow the rules verl's code gives them."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import pytest
 
 from dfpo.launch import memory_plan as mp
+from dfpo.launch.model_anatomy import PUBLISHED_CONFIGS, model_anatomy
 from dfpo.launch.preflight import memory_plan_report as mp_report
-from tests.recipes.recipe_commands import composed_config, preflight_says
+from tests.recipes.recipe_commands import REPO_ROOT, composed_config, preflight_says
 from tests.recipes.recipe_expectations import GPU_RUN_SCRIPTS, split_script_name
 
 GPU_MEMORY_GB = 80.0
 MARGIN = 0.10  # the estimate must leave 10% of the GPU (8 GB) for what it does not model
 
 
+def _run_plan(script: str, **changes) -> mp.RunPlan:
+    settings = mp.settings_from_config(composed_config(script), GPU_MEMORY_GB)
+    if changes:
+        settings = mp.Settings(**{**settings.__dict__, **changes})
+    name = split_script_name(script)[1]
+    return mp.run_plan(name, PUBLISHED_CONFIGS[name], settings)
+
+
+def _peak(plan: mp.RunPlan) -> tuple[str, float]:
+    return mp.peak({phase: steps[mp.peak_substep(steps)] for phase, steps in plan.memory.items()})
+
+
 @pytest.mark.parametrize("script", sorted(GPU_RUN_SCRIPTS))
 def test_every_recipe_fits_an_80_gb_gpu_with_a_margin(script):
-    settings = mp.settings_from_config(composed_config(script), GPU_MEMORY_GB)
-    phases = mp.plan(mp.KNOWN_MODELS[split_script_name(script)[1]], settings)
-    phase, total = mp.peak(phases)
-    assert total <= (1 - MARGIN) * GPU_MEMORY_GB, f"{script}: {phase} needs ~{total:.1f} GB per GPU\n" + mp.render(
-        script, phases, GPU_MEMORY_GB
-    )
+    plan = _run_plan(script)
+    phase, total = _peak(plan)
+    assert total <= (1 - MARGIN) * GPU_MEMORY_GB, f"{script}: {phase} needs ~{total:.1f} GB per GPU\n" + mp.render(plan)
 
 
-def _plan(said: list[str]) -> str:
+def _printed(said: list[str]) -> str:
     (text,) = [t for t in said if t.startswith("memory plan per GPU")]
     return text
 
 
-@pytest.mark.parametrize("script", ["run_gspo_qwen3_32b.sh", "run_grpo_qwen3_next_80b_a3b_thinking.sh"])
+@pytest.mark.parametrize(
+    "script",
+    ["run_gspo_qwen3_32b.sh", "run_grpo_qwen3_next_80b_a3b_thinking.sh", "run_dfpo_min_replace_gpt_oss_120b.sh"],
+)
 def test_the_launch_says_the_plan_of_the_config_it_runs(script):
-    """dfpo.main's preflight prints the plan of the composed config, for the model dfpo.model names."""
-    printed = re.search(r"peak: (.+?), ([\d.]+) GB", _plan(preflight_says(script)))
-    settings = mp.settings_from_config(composed_config(script), GPU_MEMORY_GB)
-    phase, total = mp.peak(mp.plan(mp.KNOWN_MODELS[split_script_name(script)[1]], settings))
-    assert printed.group(1) == phase and float(printed.group(2)) == pytest.approx(total, abs=0.05)
+    """dfpo.main's preflight prints the plan of the composed config, for the model dfpo.model names:
+    the peak, the host memory, the collectives and the step time."""
+    printed = _printed(preflight_says(script))
+    assert printed == mp.render(_run_plan(script))
+    for part in ("peak: ", "host memory per node", "load vs timeout", "micro-batches per GPU", "collectives per GPU"):
+        assert part in printed
+    assert re.search(r"step time: compute [\d,]+ s .* vs communication [\d,]+ s", printed)
 
 
 def test_the_plan_follows_the_recipe_knobs():
-    base = _plan(preflight_says("run_gspo_qwen3_32b.sh"))
-    halved = _plan(preflight_says("run_gspo_qwen3_32b.sh", NNODES="2"))
+    base = _printed(preflight_says("run_gspo_qwen3_32b.sh"))
+    halved = _printed(preflight_says("run_gspo_qwen3_32b.sh", NNODES="2"))
 
     def update(text):
-        return float(re.search(r"actor update\s+([\d.]+) GB", text).group(1))
+        return float(re.search(r"update\s+([\d.]+) GB", text).group(1))
 
     assert update(halved) > update(base)  # half the ranks: twice the optimizer-state shards
 
@@ -53,44 +70,83 @@ def test_the_plan_follows_the_recipe_knobs():
 def test_a_model_without_a_plan_is_said(tmp_path):
     checkpoint = tmp_path / "my-model"
     checkpoint.mkdir()
-    (checkpoint / "config.json").write_text('{"num_hidden_layers": 3, "hidden_size": 64, "vocab_size": 100}')
     config = composed_config("run_gspo_qwen3_32b.sh").copy()
     config.dfpo.model = None
     config.actor_rollout_ref.model.path = str(checkpoint)
-    assert "no memory plan for" in mp_report(config) and "config.json matches no model" in mp_report(config)
-    (checkpoint / "config.json").write_text('{"num_hidden_layers": 64, "hidden_size": 5120, "vocab_size": 151936}')
+    assert "there is no config.json there" in mp_report(config)
+    (checkpoint / "config.json").write_text('{"num_hidden_layers": 3, "hidden_size": 64, "vocab_size": 100}')
+    assert "the Hugging Face config has no 'model_type'" in mp_report(config)
+    (checkpoint / "config.json").write_text(
+        '{"model_type": "qwen3", "num_hidden_layers": 64, "hidden_size": 5120, "vocab_size": 151936}'
+    )
     assert mp_report(config).startswith("memory plan per GPU for qwen3_32b")  # found by its shape
-    config.dfpo.model = "my_model"
-    assert "no memory shape for model 'my_model'" in mp_report(config)
+    config.dfpo.model = "my_model"  # a config.json wins over the name
+    assert mp_report(config).startswith("memory plan per GPU for my_model (Qwen3ForCausalLM")
+    (checkpoint / "config.json").unlink()
+    assert "no published config for model 'my_model'" in mp_report(config)
     config.trainer.device = "cpu"
     assert mp_report(config) is None
 
 
-def test_the_parts_follow_their_formulas():
-    shape = mp.ModelShape(params=80e9, layers=48, hidden=2048, vocab=151936)
-    settings = mp.Settings(
-        nnodes=4,
-        gpus_per_node=8,
-        sp=1,
-        rollout_tp=4,
-        gpu_memory_gb=80,
-        gpu_memory_utilization=0.7,
-        max_prompt=2048,
-        max_response=32768,
-        dynamic_bsz=False,
-        ppo_tokens=0,
-        log_prob_tokens=0,
-        ppo_micro_batch=1,
-        log_prob_micro_batch=1,
-        param_offload=True,
-        optimizer_offload=True,
-        gradient_checkpointing=True,
-        entropy_chunking=True,
+def test_the_qwen3_next_log_prob_pass_holds_three_logits_copies():
+    """Qwen3-Next runs unpadded (use_remove_padding=false): verl computes the entropy unchunked on
+    the padded logits (softmax + logsumexp's temporary beside the logits: 6 B per entry) and copies
+    the logits for the log-probs; ENTROPY_CHUNKING does not reach that path."""
+    plan = _run_plan("run_dfpo_min_replace_qwen3_next_80b_a3b_thinking.sh")
+    logits = plan.memory["log_prob"]["logits"]["logits"]
+    assert logits == pytest.approx(6 * 34816 * 151936 / 1e9)
+    chunking_off = _run_plan("run_dfpo_min_replace_qwen3_next_80b_a3b_thinking.sh", entropy_chunking=False)
+    assert chunking_off.memory["log_prob"]["logits"]["logits"] == logits
+    packed = _run_plan("run_dfpo_min_replace_qwen3_next_80b_a3b_thinking.sh", remove_padding=True)
+    assert packed.memory["log_prob"]["logits"]["logits"] == pytest.approx(
+        (2 * 34816 * 151936 + 3 * 2048 * 151936 * 4) / 1e9
     )
-    update = mp.plan(shape, settings)["actor update"]
-    assert update["Adam states (fp32)"] == pytest.approx(8 * 80e9 / 32 / 1e9)
-    assert update["logits + gradient"] == pytest.approx(34816 * 151936 * 4 / 1e9)
-    # the issue's example: 30k + 2.4k + 2.4k under dynamic batching pads to ~90k tokens, ~27 GB of bf16 logits
-    assert 3 * 30000 * 151936 * 2 / 1e9 == pytest.approx(27.3, abs=0.1)
-    rollout = mp.plan(shape, settings)["rollout (vLLM)"]
-    assert rollout["vLLM weights + KV cache"] == pytest.approx(56.0) and rollout["actor state kept on GPU"] == 0
+
+
+def test_the_backward_holds_a_units_bf16_gradients_and_fp32_reduce_scatter_input():
+    """FSDP2's backward through a layer holds its unsharded bf16 gradients and the fp32 reduce-scatter
+    input they are copied into: 6 B per parameter of GPT-OSS's 3.2 B-parameter layer, ~19 GB."""
+    plan = _run_plan("run_dfpo_min_replace_gpt_oss_120b.sh")
+    layer = plan.memory["update"]["backward through a layer"]
+    largest = max(unit.padded_params(128) for unit in model_anatomy(PUBLISHED_CONFIGS["gpt_oss_120b"]).layers)
+    assert layer["unit gradients (bf16) + reduce-scatter input (fp32)"] == pytest.approx(6 * largest / 1e9)
+    assert layer["unit gradients (bf16) + reduce-scatter input (fp32)"] == pytest.approx(19.3, abs=0.1)
+
+
+def test_a_phase_peak_is_its_largest_sub_step_not_their_sum():
+    """The update's logits, a layer's recomputed activations and the reduce buffers of different units
+    never coincide: the phase's peak is its largest sub-step, below the sum of every part it names."""
+    plan = _run_plan("run_dfpo_min_replace_gpt_oss_120b.sh")
+    steps = plan.memory["update"]
+    totals = {name: sum(parts.values()) for name, parts in steps.items()}
+    every_part: dict[str, float] = {}
+    for parts in steps.values():
+        every_part.update(parts)
+    planned = mp.plan(plan.anatomy, plan.settings, PUBLISHED_CONFIGS["gpt_oss_120b"])["update"]
+    assert sum(planned.values()) == max(totals.values()) < sum(every_part.values()) - 10
+
+
+def test_host_memory_is_rank_0s_fp32_model_and_the_pinned_shards():
+    plan = _run_plan("run_dfpo_min_replace_gpt_oss_120b.sh")
+    params = plan.anatomy.params
+    assert plan.host[mp.RANK0_MODEL] == pytest.approx(4 * params / 1e9)
+    assert plan.host["pinned offloaded shards per node after loading"] == pytest.approx(8 * 12 * params / 128 / 1e9)
+    assert plan.host["collective timeout (s)"] == 1800
+
+
+def test_the_plan_runs_as_a_file():
+    """python dfpo/launch/memory_plan.py works from any directory, for settings that are not a config."""
+    args = "--model qwen3_next_80b_a3b_thinking --nnodes 8 --gpus-per-node 8 --sp 1 --rollout-tp 4"
+    args += " --max-prompt 2048 --max-response 32768 --gpu-memory-utilization 0.7 --dynamic-bsz false"
+    args += " --ppo-micro-batch 1 --log-prob-micro-batch 1 --param-offload true --optimizer-offload true"
+    args += " --gradient-checkpointing true --entropy-chunking true --remove-padding false --prepass true"
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "dfpo" / "launch" / "memory_plan.py"), *args.split()],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "memory plan per GPU for qwen3_next_80b_a3b_thinking (Qwen3NextForCausalLM" in result.stderr
+    assert "communication dominates" in result.stderr
