@@ -147,7 +147,7 @@ def resident_bytes() -> int:
         return int(psutil.Process().memory_info().rss)
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: two open phases may hold equal numbers
 class PhaseUse:
     """What one phase used: calls and bytes per collective, forward passes, RSS at start and peak."""
 
@@ -215,6 +215,8 @@ class ResourceMeter:
         self.totals: dict[str, PhaseUse] = {}
         self.steps: list[dict[str, PhaseUse]] = [{}]
         self._open: list[PhaseUse] = []  # innermost last
+        self._open_names: list[str] = []
+        self._counted_modules: set[int] = set()
         self._lock = threading.Lock()
         self._local = threading.local()
         self._originals: list[tuple[Any, str, Any]] = []
@@ -285,7 +287,11 @@ class ResourceMeter:
 
     # --- forward passes ----------------------------------------------------------------------------------------
     def count_forwards(self, module: Any) -> Any:
-        """Count every forward of ``module`` (a root module) in the open phase; returns the hook's handle."""
+        """Count every forward of ``module`` (a root module) in the open phase; returns the hook's handle
+        (``None`` when ``module`` is counted already: a forward is counted once)."""
+        if id(module) in self._counted_modules:
+            return None
+        self._counted_modules.add(id(module))
 
         def forward_pre_hook(_module, _inputs):
             with self._lock:
@@ -297,9 +303,14 @@ class ResourceMeter:
     # --- phases and RSS ----------------------------------------------------------------------------------------
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[PhaseUse]:
-        """Meter the block as phase ``name`` (one of :data:`PHASES`); the record is written at its end."""
+        """Meter the block as phase ``name`` (one of :data:`PHASES`); the record is written at its end.
+        Inside an open phase of the same name (a method metered twice, by a subclass and its base) the
+        block is that phase: nothing new is opened."""
         if name not in PHASES:
             raise ValueError(f"resource meter: unknown phase {name!r}; the phases are {', '.join(PHASES)}")
+        if name in self._open_names:
+            yield self._open[self._open_names.index(name)]
+            return
         rss = resident_bytes()
         use = PhaseUse(rss_start_bytes=rss, rss_peak_bytes=rss)
         if self.device is not None:
@@ -308,6 +319,7 @@ class ResourceMeter:
             use.device_start_bytes = use.device_peak_bytes = int(self.device.memory_allocated())
         with self._lock:
             self._open.append(use)
+            self._open_names.append(name)
         self._start_sampler()
         try:
             yield use
@@ -316,6 +328,7 @@ class ResourceMeter:
             if self.device is not None:
                 self._fold_device_peak()
             with self._lock:
+                del self._open_names[self._open.index(use)]
                 self._open.remove(use)
                 idle = not self._open
                 self.totals.setdefault(name, PhaseUse()).add(use)

@@ -312,3 +312,19 @@ def test_the_summary_prints_model_init_and_the_last_whole_step(tmp_path, monkeyp
         resource_meter.main([str(tmp_path / "empty")])
     assert stopped.value.code == 2
     assert "no resource-meter records" in capsys.readouterr().err
+
+
+def test_a_phase_opened_inside_itself_is_that_phase_and_a_module_counts_once(tmp_path):
+    # a worker method metered by a subclass and by its base opens its phase twice, nested; the hooks
+    # of an init_model metered twice are registered twice
+    meter = ResourceMeter(tmp_path, "actor", device=None)
+    module = torch.nn.Linear(2, 2)
+    meter.count_forwards(module)
+    assert meter.count_forwards(module) is None
+    with meter.phase("update") as outer, meter.phase("update") as inner:
+        module(torch.zeros(1, 2))
+        meter._count("all_reduce", 8)
+    assert inner is outer
+    assert [step["phases"].keys() for step in meter.record()["steps"]] == [{"update"}]
+    update = meter.record()["phases"]["update"]
+    assert (update["forward_passes"], update["calls"], update["bytes"]) == (1, {"all_reduce": 1}, {"all_reduce": 8})
