@@ -6,6 +6,7 @@ import counts as much as a top-level one:
 * ``dfpo/algorithm``: the paper's maths: the standard library, torch and numpy only;
 * ``dfpo/operations``: preemption, node loss, run logs: nothing of DFPO's maths or of the verl seam;
 * ``dfpo/verl``: the seam: the maths, operations, verl;
+* ``dfpo/vllm_fixes``: the seam into vLLM, loaded in vLLM's own processes: nothing of this repository;
 * ``dfpo/launch``: the checks and the config before Ray starts: anything of ``dfpo`` but the entry point,
   the CPU backend (its switch), the CPU examples (their preparation) and the rewards (their checks);
 * ``cpu_backend``: verl on CPU: nothing of this repository;
@@ -105,6 +106,8 @@ RULES = {
     "dfpo.algorithm": lambda n: _within(n, "dfpo.algorithm", "torch", "numpy") or n.split(".")[0] in STDLIB,
     "dfpo.operations": lambda n: _within(n, "dfpo.operations") or _is_third_party(n),
     "dfpo.verl": lambda n: _within(n, "dfpo", "dfpo.algorithm", "dfpo.operations", "dfpo.verl") or _is_third_party(n),
+    # loaded by vLLM in its own processes, which need not import verl or anything else of dfpo
+    "dfpo.vllm_fixes": lambda n: _within(n, "dfpo.vllm_fixes") or _is_third_party(n),
     "dfpo.launch": lambda n: (
         (_within(n, "dfpo") and not _within(n, "dfpo.main"))
         or _within(n, "cpu_backend", "cpu_examples", "reward")
@@ -152,7 +155,8 @@ def test_no_module_imports_itself_back():
 
 
 def test_the_checks_fail_on_an_upward_import_and_on_a_cycle(tmp_path):
-    """Mutants: the maths importing verl's seam, the CPU backend importing dfpo, and a two-module cycle."""
+    """Mutants: the maths importing verl's seam, a vLLM fix importing it, the CPU backend importing dfpo, and a
+    two-module cycle."""
     for package, files in {
         "dfpo": {
             "__init__.py": "",
@@ -160,6 +164,8 @@ def test_the_checks_fail_on_an_upward_import_and_on_a_cycle(tmp_path):
             "algorithm/loss.py": "import torch\nfrom dfpo.verl.plugin import DFPO_NAME\n",
             "verl/__init__.py": "",
             "verl/plugin.py": "from dfpo.algorithm import loss\n",
+            "vllm_fixes/__init__.py": "",
+            "vllm_fixes/fix.py": "import vllm\nfrom dfpo.verl import plugin\n",
         },
         "cpu_backend": {"__init__.py": "", "platform.py": "def f():\n    from dfpo.verl import plugin\n"},
     }.items():
@@ -171,6 +177,9 @@ def test_the_checks_fail_on_an_upward_import_and_on_a_cycle(tmp_path):
     graph = _graph(tmp_path)
     assert _violations(graph, "dfpo.algorithm", RULES["dfpo.algorithm"]) == [
         "dfpo.algorithm.loss imports dfpo.verl.plugin"
+    ]
+    assert _violations(graph, "dfpo.vllm_fixes", RULES["dfpo.vllm_fixes"]) == [
+        "dfpo.vllm_fixes.fix imports dfpo.verl.plugin"
     ]
     assert _violations(graph, "cpu_backend", RULES["cpu_backend"]) == ["cpu_backend.platform imports dfpo.verl.plugin"]
     assert set(_cycle(graph)) == {"dfpo.algorithm.loss", "dfpo.verl.plugin"}
