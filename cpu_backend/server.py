@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from cpu_backend.eos_tokens import eos_token_ids
+from cpu_backend.moe_weights import pack_expert_weights
 from cpu_backend.token_sampling import SamplingSettings, sample_next_tokens
 
 logger = logging.getLogger(__name__)
@@ -215,6 +216,8 @@ class LocalRolloutServer:
 
         Every key must be a parameter or buffer of the model, and every parameter must be given
         (or tied to one that is): a partial sync would silently roll out a mix of policies."""
+        # verl sends Qwen-style MoE experts one by one under the checkpoint's names (cpu_backend/moe_weights.py)
+        state_dict = pack_expert_weights(state_dict, dict(self.model.named_parameters()))
         missing, unexpected = self.model.load_state_dict(state_dict, strict=False)
         tied = {
             name

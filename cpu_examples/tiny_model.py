@@ -33,8 +33,12 @@ import string
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from cpu_examples.tiny_moe_models import TinyMoeSpec
 
 SPEC_FILE = "dfpo_tiny_model.json"
 PAD_TOKEN, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
@@ -71,6 +75,9 @@ class TinyModelSpec:
     tie_word_embeddings: bool = True  # False: the demo and the verl harness
     attn_implementation: str | None = None  # None: transformers' default; "eager": the demo and verl harness
     use_cache: bool = True  # False: the demo (full-sequence forwards only)
+    # The paper's MoE architectures (architecture "qwen3_next" or "gpt_oss"): their experts and
+    # layer pattern (cpu_examples/tiny_moe_models.py)
+    moe: TinyMoeSpec | None = None
 
 
 def build_char_tokenizer(extra_tokens: int = 0):
@@ -121,17 +128,21 @@ def build_model(spec: TinyModelSpec, tokenizer=None):
     With a ``tokenizer``, the model's padding and end-of-sequence ids and its generation config
     (stop at the tokenizer's eos token) are the tokenizer's; without one (the demo, whose toy
     vocabulary has no tokenizer) no special token ids are set."""
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    from cpu_examples import tiny_moe_models
 
     architectures = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM)}
-    if spec.architecture not in architectures:
-        raise ValueError(f"architecture={spec.architecture!r}: expected one of {sorted(architectures)}")
-    config_class, model_class = architectures[spec.architecture]
+    if spec.architecture not in (*architectures, *tiny_moe_models.MOE_ARCHITECTURES):
+        raise ValueError(
+            f"architecture={spec.architecture!r}: expected one of "
+            f"{sorted((*architectures, *tiny_moe_models.MOE_ARCHITECTURES))}"
+        )
     head_dim = spec.head_dim if spec.head_dim is not None else spec.hidden_size // spec.num_attention_heads
     kwargs = {}
     if spec.architecture == "qwen3":
         kwargs["head_dim"] = head_dim
-    elif head_dim * spec.num_attention_heads != spec.hidden_size:
+    elif spec.architecture == "qwen2" and head_dim * spec.num_attention_heads != spec.hidden_size:
         raise ValueError(f"Qwen2's head_dim is hidden_size / num_attention_heads, not {head_dim}: {spec}")
     if spec.attn_implementation is not None:
         kwargs["attn_implementation"] = spec.attn_implementation
@@ -139,6 +150,13 @@ def build_model(spec: TinyModelSpec, tokenizer=None):
         if len(tokenizer) > spec.vocab_size:
             raise ValueError(f"vocab_size={spec.vocab_size} is smaller than the tokenizer's {len(tokenizer)} tokens")
         kwargs.update(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    if spec.architecture in tiny_moe_models.MOE_ARCHITECTURES:
+        config = tiny_moe_models.moe_config(spec, **kwargs)
+        model_class = tiny_moe_models.model_class(spec)
+        return _initialised(model_class, config, spec, tokenizer)
+    if spec.moe is not None:
+        raise ValueError(f"spec.moe is for the MoE architectures {tiny_moe_models.MOE_ARCHITECTURES}, not {spec}")
+    config_class, model_class = architectures[spec.architecture]
     config = config_class(
         vocab_size=spec.vocab_size,
         hidden_size=spec.hidden_size,
@@ -151,6 +169,12 @@ def build_model(spec: TinyModelSpec, tokenizer=None):
         use_cache=spec.use_cache,
         **kwargs,
     )
+    return _initialised(model_class, config, spec, tokenizer)
+
+
+def _initialised(model_class, config, spec: TinyModelSpec, tokenizer):
+    from transformers import GenerationConfig
+
     torch.manual_seed(spec.seed)
     model = model_class(config).to(torch.float32)
     if tokenizer is not None:
@@ -214,7 +238,7 @@ def warm_start(model, tokenizer, spec: TinyModelSpec, prompts: list[str], answer
 def is_built(target: str | os.PathLike, spec: TinyModelSpec = TinyModelSpec()) -> bool:
     """Whether directory ``target`` holds the checkpoint built from ``spec`` (its recorded spec)."""
     record = Path(target) / SPEC_FILE
-    return record.exists() and json.loads(record.read_text()).get("spec") == asdict(spec)
+    return record.exists() and json.loads(record.read_text()).get("spec") == json.loads(json.dumps(asdict(spec)))
 
 
 def ensure_tiny_model(

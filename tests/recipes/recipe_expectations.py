@@ -62,6 +62,8 @@ QUICKSTART_METHODS = ("dfpo_min_replace", "gspo")
 CPU_RUN_SCRIPTS = frozenset(
     [f"run_{method}_tiny_cpu.sh" for method in METHODS]
     + [f"run_{method}_smollm2_135m_cpu.sh" for method in QUICKSTART_METHODS]
+    # the paper's MoE architectures at a tiny size (tests/e2e/test_moe_architectures_cpu.py)
+    + [f"run_dfpo_min_replace_tiny_{model}_cpu.sh" for model in ("qwen3_next", "gpt_oss")]
 )
 
 SWEEP_SCRIPT = "sweep_group_size_qwen3_32b.sh"
