@@ -2,7 +2,7 @@
 # DFPO (Min-Replace): stop-gradient within-group transform W~_i = min_j W_j (Eq. 17). On a tiny GPT-OSS on CPU (no GPU, no download).
 # The GPT-OSS-120B recipe's architecture (attention sinks, sliding window, experts) at a tiny size, through
 # verl's whole trainer with python -m dfpo.main: FSDP2 with parameter and optimizer offload on 2 CPU ranks,
-# packed micro-batches, dfpo's local CPU rollout; model and toy data are built under OUTPUT_ROOT on first use
+# padded fixed micro-batches, dfpo's local CPU rollout; model and toy data are built under OUTPUT_ROOT on first use
 # (dfpo/config/base_model/tiny_gpt_oss_cpu.yaml). Every knob is an environment variable (docs/recipes.md,
 # "Knobs"); extra arguments are Hydra overrides.
 #

@@ -6,8 +6,8 @@ expert) and GPT-OSS (learnable attention sinks, alternating sliding window, expe
 built in code at a tiny size with transformers' real classes (``cpu_examples/tiny_moe_models.py``)
 and trained 2 steps by its recipe (``recipes/run_dfpo_min_replace_tiny_{qwen3_next,gpt_oss}_cpu.sh``,
 ``python -m dfpo.main``) the way the GPU recipes run: verl's FSDP2 on 2 gloo ranks with parameter
-and optimizer offload on, GPT-OSS packed with dynamic batching, Qwen3-Next padded one sequence per
-micro-batch, the weight sync into the rollout after every update, DFPO's exact group pre-pass.
+and optimizer offload on, padded fixed micro-batches (neither model can be packed), the weight
+sync into the rollout after every update, DFPO's exact group pre-pass.
 
 Checked on each run's own log: every step trains; DFPO cancels the drift (by its weights and,
 measured on the gradient verl backpropagated, on the shared tokens); the rollout's log-probs
