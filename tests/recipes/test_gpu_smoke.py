@@ -1,9 +1,10 @@
 """scripts/gpu_smoke.sh: its GPU mode with stand-ins for the GPU-only steps, and its CPU mode
 (``--cpu``) for real.
 
-The stand-in interpreter answers ``-m dfpo.launch.doctor``, ``-m dfpo.main`` (it writes the file log and
-checkpoint a 2-step run leaves, from the overrides the recipe really passed), ``-m
-verl.model_merger`` and ``-m evaluation.generate``; everything else — the toy data through
+The stand-in interpreter answers ``-m dfpo.launch.doctor`` (and ``-m dfpo.launch.sink_attention_check``
+when ``FAKE_SINK_STATUS`` is set; otherwise it runs for real: SKIP here, without CUDA), ``-m
+dfpo.main`` (it writes the file log and checkpoint a 2-step run leaves, from the overrides the
+recipe really passed), ``-m verl.model_merger`` and ``-m evaluation.generate``; everything else — the toy data through
 data_prep, ``python -m dfpo.operations.run_checks`` on the log, the recipe and its launcher — runs for real.
 The GPU mode's 2-step training launch also runs, with those exact arguments, through the real
 ``python -m dfpo.main`` as far as a machine without a GPU lets it: to the NCCL process group.
@@ -33,6 +34,7 @@ echo "$*" >> "$FAKE_CALLS"
 case "$1 $2" in
     "-c import importlib.metadata"*) exit 0 ;;  # the launcher's install check (tested in test_recipes_launcher.py)
     "-m dfpo.launch.doctor") echo "[  ok] stand-in doctor"; exit "${FAKE_DOCTOR_STATUS:-0}" ;;
+    "-m dfpo.launch.sink_attention_check") [[ -z "${FAKE_SINK_STATUS:-}" ]] || exit "$FAKE_SINK_STATUS" ;;  # else real
     "-m dfpo.main") exec "$REAL_PYTHON" "$FAKE_MAIN" "${@:3}" ;;
     "-m verl.model_merger") mkdir -p "${@: -1}" && echo '{}' > "${@: -1}/config.json"; exit 0 ;;
     "-m evaluation.generate")
@@ -129,6 +131,10 @@ def test_gpu_smoke_runs_every_stage_and_passes(default_run):
         assert " PASS " in line, line
     calls = (tmp_path / "calls.txt").read_text().splitlines()
     assert calls[0] == "-m dfpo.launch.doctor"  # the GPU stack's checks
+    # GPT-OSS's sink attention on CUDA, run for real: skipped with its reason on this machine without CUDA
+    assert "-m dfpo.launch.sink_attention_check" in calls
+    assert " SKIP " in next(line for line in summary.splitlines() if "GPT-OSS sink attention" in line)
+    assert "sink attention check SKIPPED: no CUDA device" in result.stdout
     trains = [c for c in calls if c.startswith("-m dfpo.main")]
     assert len(trains) == 2 and "algorithm.rollout_correction.bypass_mode=true" in trains[1]
     assert (
@@ -228,9 +234,10 @@ def test_gpu_smoke_gpu_mode_training_launch_runs_for_real_until_cuda_is_needed(d
 
 def test_gpu_smoke_reports_a_failed_stage_and_keeps_going(smoke):
     _, run = smoke
-    result = run(FAKE_DOCTOR_STATUS="1", FAKE_EVAL_STATUS="1")
+    result = run(FAKE_DOCTOR_STATUS="1", FAKE_EVAL_STATUS="1", FAKE_SINK_STATUS="1")
     assert result.returncode == 1
     summary = result.stdout.split("gpu_smoke summary", 1)[1]
+    assert " FAIL " in next(line for line in summary.splitlines() if "GPT-OSS sink attention" in line)
     assert " FAIL " in next(line for line in summary.splitlines() if "environment" in line)
     assert " PASS " in next(line for line in summary.splitlines() if "train DFPO 2 steps" in line)
     assert " FAIL " in next(line for line in summary.splitlines() if "evaluate" in line)
@@ -255,6 +262,10 @@ def test_gpu_smoke_cpu_mode_passes_the_cpu_recipe_the_vllm_rollout_and_cpu_setti
     calls = (tmp_path / "calls.txt").read_text().splitlines()
     assert calls[0] == "-m dfpo.launch.doctor --stack cpu"
     assert any(c.startswith("-m cpu_examples.prepare --output-root") for c in calls)  # the tiny model and the data
+    # the CPU backend's packed attention against eager on the tiny GPT-OSS, for real
+    assert "-m dfpo.launch.sink_attention_check --cpu" in calls
+    assert " PASS " in next(line for line in summary.splitlines() if "GPT-OSS sink attention" in line)
+    assert "GPT-OSS sink attention: dfpo_cpu_varlen against eager on cpu" in result.stdout
     trains = [c for c in calls if c.startswith("-m dfpo.main")]
     assert len(trains) == 2 and "algorithm.rollout_correction.bypass_mode=true" in trains[1]
     model = f"actor_rollout_ref.model.path={tmp_path}/smoke/models/tiny_qwen3_cpu"
