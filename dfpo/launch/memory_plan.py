@@ -362,6 +362,14 @@ def run_plan(name: str, hf_config: dict, s: Settings, wrap_classes: tuple[str, .
     )
 
 
+def plan_of_config(config, name: str, hf_config: dict, gpu_memory_gb: float = 80.0) -> RunPlan:
+    """The plan of a composed verl config for the model ``hf_config`` (its wrap policy and settings read
+    from the config as verl reads them)."""
+    wrap = config.actor_rollout_ref.actor.fsdp_config.get("wrap_policy", {}).get("transformer_layer_cls_to_wrap")
+    settings = settings_from_config(config, gpu_memory_gb)
+    return run_plan(name, hf_config, settings, tuple(wrap) if wrap else None)
+
+
 def render(p: RunPlan) -> str:
     s, a = p.settings, p.anatomy
     lines = [

@@ -326,13 +326,7 @@ def memory_plan_report(config, environ: dict[str, str] | None = None) -> str | N
         )
     try:
         hf_config = hf_config.get("text_config", hf_config) if hf_config else memory_plan.hf_config_for(name, None)
-        wrap = config.actor_rollout_ref.actor.fsdp_config.get("wrap_policy", {}).get("transformer_layer_cls_to_wrap")
-        plan = memory_plan.run_plan(
-            str(name or Path(model_path).name),
-            hf_config,
-            memory_plan.settings_from_config(config, gpu_memory_gb),
-            tuple(wrap) if wrap else None,
-        )
+        plan = memory_plan.plan_of_config(config, str(name or Path(model_path).name), hf_config, gpu_memory_gb)
     except (KeyError, ValueError) as error:
         return f"dfpo preflight: no memory plan: {error.args[0]}"
     return memory_plan.render(plan)

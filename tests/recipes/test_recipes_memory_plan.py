@@ -150,3 +150,54 @@ def test_the_plan_runs_as_a_file():
     assert result.returncode == 0, result.stderr
     assert "memory plan per GPU for qwen3_next_80b_a3b_thinking (Qwen3NextForCausalLM" in result.stderr
     assert "communication dominates" in result.stderr
+
+
+def _no_model_path() -> dict[str, str]:
+    import os
+
+    return {key: value for key, value in os.environ.items() if key != "MODEL_PATH"}
+
+
+def test_the_docs_table_is_the_commands_output():
+    """docs/recipes.md's table between its markers is ``python -m dfpo.launch.plan_report --table``."""
+    from dfpo.launch import plan_report
+
+    text = (REPO_ROOT / "docs" / "recipes.md").read_text()
+    block = re.search(r"<!-- plan: python -m dfpo.launch.plan_report --table -->\n(.*?)\n<!-- /plan -->", text, re.S)
+    assert block is not None, "docs/recipes.md lost the plan table's markers"
+    assert block.group(1) == plan_report.doc_table(_no_model_path())
+
+
+def test_the_readme_hardware_cells_are_the_plans():
+    """The README's hardware column of the MoE rows: the recipe's nodes and the DFPO Min-Replace plan."""
+    from dfpo.launch import plan_report
+
+    readme = (REPO_ROOT / "README.md").read_text()
+    for method, model, label in plan_report.DOC_RECIPES[1:]:
+        plan = plan_report.recipe_plan(method, model, (), _no_model_path())
+        (row,) = [line for line in readme.splitlines() if line.startswith(f"| {label} | the five methods |")]
+        hardware = row.split(" | ")[2]
+        assert hardware.startswith(f"{plan.settings.nnodes} × {plan.settings.gpus_per_node} GPUs (80 GB")
+        assert f"DFPO Min-Replace's {plan_report.hardware_cell(plan)} ([memory plan]" in hardware
+
+
+def test_the_docs_plan_command_runs():
+    result = subprocess.run(
+        [sys.executable, "-m", "dfpo.launch.plan_report", "dfpo_min_replace", "qwen3_next_80b_a3b_thinking"],
+        cwd=REPO_ROOT,
+        env=_no_model_path(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("memory plan per GPU for qwen3_next_80b_a3b_thinking")
+    bad = subprocess.run(
+        [sys.executable, "-m", "dfpo.launch.plan_report", "dfpo_min_replace", "qwen3_99b"],
+        cwd=REPO_ROOT,
+        env=_no_model_path(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bad.returncode == 1 and "qwen3_99b" in bad.stderr
