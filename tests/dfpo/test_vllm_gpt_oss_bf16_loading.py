@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 NUM_LAYERS, NUM_EXPERTS = 2, 4
 
 
-def write_gpt_oss_checkpoint(directory: Path) -> Path:
+def write_gpt_oss_checkpoint(directory: Path, tie_word_embeddings: bool = False) -> Path:
     """A random GptOssForCausalLM in bf16 with the real layer pattern (sliding window, then full)."""
     import torch
     from transformers import GptOssConfig, GptOssForCausalLM
@@ -43,7 +43,7 @@ def write_gpt_oss_checkpoint(directory: Path) -> Path:
         num_experts_per_tok=2,
         layer_types=["sliding_attention", "full_attention"],
         sliding_window=16,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tie_word_embeddings,
         max_position_embeddings=131072,
     )
     model = GptOssForCausalLM(config).to(torch.bfloat16)
@@ -57,9 +57,10 @@ def write_gpt_oss_checkpoint(directory: Path) -> Path:
 @pytest.fixture(scope="module")
 def load_report(tmp_path_factory):
     checkpoint = write_gpt_oss_checkpoint(tmp_path_factory.mktemp("gpt_oss_bf16"))
+    tied = write_gpt_oss_checkpoint(tmp_path_factory.mktemp("gpt_oss_bf16_tied"), tie_word_embeddings=True)
     env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}
     result = subprocess.run(
-        [sys.executable, str(RUNNER), str(checkpoint)],
+        [sys.executable, str(RUNNER), str(checkpoint), str(tied)],
         cwd=REPO,
         env={**os.environ, **env},
         capture_output=True,
@@ -124,3 +125,19 @@ def test_upstream_marks_are_recognised_in_a_loaders_source():
 
     assert fix.loader_remaps_expert_names(remapping) and fix.loader_remaps_expert_names(renaming)
     assert not fix.loader_remaps_expert_names(as_released)
+
+
+@pytest.mark.slow
+def test_vllm_leaves_a_tied_gpt_oss_output_layer_unloaded(load_report):
+    """Why the tiny GPT-OSS is untied: vLLM 0.24's GptOssForCausalLM skips ``lm_head.*`` when
+    ``tie_word_embeddings`` is set and never ties it, so a tied model samples from an output layer
+    nobody loaded. When this fails, vLLM ties it: the tiny model may be tied again."""
+    tied = load_report["tied"]
+    assert tied["checkpoint_has_lm_head"] is False and tied["embedding_loaded"] is True
+    assert tied["lm_head_is_embedding"] is False and tied["lm_head_left_zero"] is True
+
+
+def test_the_tiny_gpt_oss_is_untied_as_gpt_oss_120b():
+    from cpu_examples.tiny_moe_models import TINY_GPT_OSS
+
+    assert TINY_GPT_OSS.tie_word_embeddings is False

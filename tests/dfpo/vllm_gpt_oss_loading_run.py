@@ -1,13 +1,15 @@
 """Load a GPT-OSS checkpoint through vLLM's real ``GptOssForCausalLM.load_weights`` (run in a subprocess
 by ``test_vllm_gpt_oss_bf16_loading.py``; prints one JSON object).
 
-``python tests/dfpo/vllm_gpt_oss_loading_run.py CHECKPOINT_DIR`` builds vLLM's model on CPU in this
+``python tests/dfpo/vllm_gpt_oss_loading_run.py CHECKPOINT_DIR TIED_CHECKPOINT_DIR`` builds vLLM's model on CPU in this
 process (vLLM's config, a one-rank gloo group, ``initialize_model``: no engine, no KV cache), lets vLLM
 load its general plugins as its processes do, and loads the checkpoint's tensors by their Hugging Face
 names, as verl's weight sync does. It reports whether the plugins patched the loader, which vLLM
 parameters differ from the checkpoint after vLLM's documented layout transform, and what the loader
 raises without the fix (the mutant), when vLLM's loader already remaps (the fix retires) and when the
-loader's arguments changed (the fix refuses).
+loader's arguments changed (the fix refuses). From the second checkpoint, one with
+``tie_word_embeddings: true``, it reports whether vLLM's output layer is the loaded embedding (in
+vLLM 0.24 it is not: GptOssForCausalLM skips ``lm_head.*`` for a tied model and never ties it).
 """
 
 from __future__ import annotations
@@ -95,7 +97,27 @@ def load_error(model, weights) -> str | None:
     return None
 
 
-def main(checkpoint: Path) -> dict:
+def tied_output_layer(checkpoint: Path) -> dict:
+    """What vLLM's output layer holds after loading a checkpoint with tied embeddings."""
+    from safetensors.torch import load_file
+    from vllm.config import set_current_vllm_config
+
+    model, config = build_vllm_model(checkpoint)
+    tensors = load_file(str(checkpoint / "model.safetensors"))
+    with set_current_vllm_config(config):
+        for parameter in model.parameters():
+            parameter.data.zero_()
+        model.load_weights((n, t.to(DTYPE)) for n, t in tensors.items())
+    embedding = tensors["model.embed_tokens.weight"].to(DTYPE)
+    return {
+        "checkpoint_has_lm_head": "lm_head.weight" in tensors,
+        "embedding_loaded": torch.equal(model.model.embedding.weight.data, embedding),
+        "lm_head_is_embedding": torch.equal(model.lm_head.weight.data, embedding),
+        "lm_head_left_zero": not model.lm_head.weight.data.any().item(),
+    }
+
+
+def main(checkpoint: Path, tied_checkpoint: Path) -> dict:
     from safetensors.torch import load_file
     from vllm.model_executor.models.gpt_oss import GptOssModel
     from vllm.plugins import load_general_plugins
@@ -149,8 +171,9 @@ def main(checkpoint: Path) -> dict:
         except fix.GptOssLoaderChanged as error:
             report["changed_loader_error"] = str(error)
         GptOssModel._load_weights_other = patched
+    report["tied"] = tied_output_layer(tied_checkpoint)
     return report
 
 
 if __name__ == "__main__":
-    print("REPORT " + json.dumps(main(Path(sys.argv[1]))))
+    print("REPORT " + json.dumps(main(Path(sys.argv[1]), Path(sys.argv[2]))))
