@@ -155,8 +155,10 @@ def windowed_sink_attention(
     return torch.matmul(probs.to(v.dtype), v)
 
 
-SAVED_ATTENTION = "sdpa"
-"""What a configuration saved by a CPU run names instead of :data:`CPU_VARLEN_ATTENTION`."""
+SAVED_ATTENTION = None
+"""What a configuration saved by a CPU run names instead of :data:`CPU_VARLEN_ATTENTION`: none, so
+that a later load takes transformers' default for the model (sdpa for Qwen3, eager for GPT-OSS,
+whose class refuses sdpa: naming sdpa made a tiny GPT-OSS checkpoint unloadable)."""
 
 
 def saving_a_portable_attention(save_pretrained):

@@ -155,18 +155,22 @@ def test_a_model_with_the_registered_attention_under_verls_patch_matches_the_pad
             start += len(sequence)
 
 
-def test_a_saved_configuration_names_an_attention_every_install_has(tmp_path):
+@pytest.mark.parametrize(("model", "loads_with"), [("qwen3", "sdpa"), ("gpt_oss", "eager")])
+def test_a_saved_configuration_names_an_attention_every_install_has(tmp_path, model, loads_with):
     """verl saves the actor's config with every checkpoint; verl.model_merger (a process without
-    the local backend) must be able to build the model from it."""
-    from transformers import AutoConfig
+    the local backend) must be able to build the model from it: the saved config names no
+    attention, and transformers picks the model's default (GPT-OSS refuses sdpa)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     from cpu_examples.tiny_model import TinyModelSpec, build_model
+    from dfpo.launch.sink_attention_check import tiny_gpt_oss_config
 
     install()
-    config = build_model(TinyModelSpec()).config
+    config = build_model(TinyModelSpec()).config if model == "qwen3" else tiny_gpt_oss_config()
     config.attn_implementation = CPU_VARLEN_ATTENTION  # as verl's override_config sets it
     config.save_pretrained(tmp_path)
     assert config.attn_implementation == CPU_VARLEN_ATTENTION  # the running model keeps its kernel
     saved = (tmp_path / "config.json").read_text()
-    assert CPU_VARLEN_ATTENTION not in saved and '"attn_implementation": "sdpa"' in saved
-    AutoConfig.from_pretrained(tmp_path)
+    assert CPU_VARLEN_ATTENTION not in saved and '"attn_implementation": null' in saved
+    loaded = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(tmp_path))
+    assert loaded.config._attn_implementation == loads_with
