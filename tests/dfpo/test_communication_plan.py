@@ -29,6 +29,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from dfpo.launch import communication_plan as comm
+from dfpo.launch import memory_plan
 from dfpo.launch.model_anatomy import model_anatomy
 
 WORLD = 2
@@ -223,10 +224,11 @@ def test_a_plan_without_padding_is_not_the_measurement(measured, monkeypatch):
 
 def test_rank_0_alone_holds_the_full_fp32_model(measured):
     """verl builds the model in fp32 on rank 0 and on the meta device elsewhere: rank 0's RSS grows by
-    the fp32 parameters (the plan's host-memory rule, 4 B per parameter), rank 1's by next to nothing.
+    the fp32 parameters (the plan's host-memory rule, memory_plan.host_memory), rank 1's by next to nothing.
     Only the first model a process builds is measured: the second reuses the heap the first freed,
     and its RSS barely grows (Qwen3-Next's 27 MB of fp32 parameters showed as ~7 MB)."""
-    full_fp32 = 4 * model_anatomy(TINY_GPT_OSS).params
+    settings = memory_plan.Settings(1, WORLD, 1, 1, 80.0, 0.5, 8, 8, False, 0, 0, 1, 1, True, True, True, True)
+    full_fp32 = memory_plan.host_memory(model_anatomy(TINY_GPT_OSS), settings)[memory_plan.RANK0_MODEL] * memory_plan.GB
     rank0, rank1 = measured[0]["gpt_oss"]["built_rss"], measured[1]["gpt_oss"]["built_rss"]
     assert rank0 == pytest.approx(full_fp32, rel=0.15), (rank0, full_fp32)
     assert rank1 < 0.1 * full_fp32, rank1
