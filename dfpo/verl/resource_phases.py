@@ -60,6 +60,8 @@ def _metered_method(cls: type, name: str, phase: str):
         @functools.wraps(template)
         async def metered_async(self, *args, **kwargs):
             meter = resource_meter.process_meter(_role(self))
+            if meter is None:  # the variable was unset after the class was decorated
+                return await call_through(self, args, kwargs)
             with meter.phase(phase):
                 result = await call_through(self, args, kwargs)
                 after(self, meter)
@@ -70,6 +72,8 @@ def _metered_method(cls: type, name: str, phase: str):
     @functools.wraps(template)
     def metered(self, *args, **kwargs):
         meter = resource_meter.process_meter(_role(self))
+        if meter is None:  # the variable was unset after the class was decorated
+            return call_through(self, args, kwargs)
         with meter.phase(phase):
             result = call_through(self, args, kwargs)
             after(self, meter)

@@ -124,6 +124,16 @@ def test_a_later_class_in_the_mro_keeps_its_own_method(meter_on):
     assert "weight_sync" in resource_meter._PROCESS_METER.totals
 
 
+def test_a_decorated_class_runs_unmetered_once_the_variable_is_gone(meter_on, monkeypatch):
+    worker_cls = metered_phases(_dfpo_like(VerlLikeWorker))
+    monkeypatch.delenv(resource_meter.LOG_DIR_ENV)
+    worker = worker_cls()
+    worker.init_model()
+    assert asyncio.run(worker.update_weights(global_steps=2)) == 2
+    assert worker.calls == ["verl.init_model", "dfpo.init_model", "verl.update_weights"]
+    assert resource_meter._PROCESS_METER is None and not list(meter_on.iterdir())
+
+
 def test_off_the_class_is_untouched(monkeypatch):
     monkeypatch.delenv(resource_meter.LOG_DIR_ENV, raising=False)
     dfpo_like = _dfpo_like(VerlLikeWorker)
