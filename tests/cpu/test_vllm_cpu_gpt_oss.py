@@ -5,7 +5,7 @@ cpu_backend/vllm_cpu.py, in vLLM's engine).
 
 bf16 only: vLLM's CPU attention kernel refuses float32 with GPT-OSS's sinks ("expected scalar type
 BFloat16 but found Float" in ``cpu_attention_with_kv_cache``). One subprocess
-(``vllm_cpu_gpt_oss_run.py``) starts the engine: 21 s of CPU, 50-70 s on a busy 2-core machine.
+(``vllm_cpu_gpt_oss_run.py``) starts the engine: 21-26 s of CPU, 50-60 s on a busy 2-core machine.
 """
 
 from __future__ import annotations
