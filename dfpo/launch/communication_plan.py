@@ -142,26 +142,36 @@ class StepShape:
         return self.world // self.sp
 
 
-def micro_batches_per_step(shape: StepShape, sequence_tokens: int) -> dict[str, int]:
-    """Micro-batches (forwards) per rank per step in each phase when every sequence has
-    ``sequence_tokens`` tokens. log_prob: the step's sequences; update: each mini-batch (× epochs);
-    prepass: every mini-batch but the first (at θ_old the pre-pass takes s_j = 1 and forwards
-    nothing: dfpo/verl/group_prepass.py), micro-batched as the update (it forwards the mini-batch
-    with the update's settings: dfpo/verl/group_prepass_wiring.py)."""
-    per_rank = -(-shape.sequences // shape.dp)
-    per_mini = -(-per_rank // shape.mini_batches)
+def micro_batches_from_lengths(shape: StepShape, lengths_per_rank: Sequence[Sequence[int]]) -> dict[str, int]:
+    """Micro-batches (forwards) per rank per step in each phase for the step's sequence lengths (prompt
+    + response tokens), one list per data-parallel rank in verl's order (a measured step, or a guess).
+    log_prob: the rank's sequences; update: each mini-batch, consecutive slices of the rank's sequences
+    (the actor does not shuffle: ``actor.shuffle=false``), × epochs; prepass: every mini-batch but the
+    first (at θ_old the pre-pass takes s_j = 1 and forwards nothing: dfpo/verl/group_prepass.py),
+    micro-batched as the update (it forwards the mini-batch with the update's settings:
+    dfpo/verl/group_prepass_wiring.py)."""
 
-    def count(sequences: int, budget: int, micro: int) -> int:
+    def count(groups: list[list[int]], budget: int, micro: int) -> int:
         if shape.dynamic_bsz:
-            return dynamic_micro_batch_count([[sequence_tokens] * sequences], budget * shape.sp)
-        return fixed_micro_batch_count(sequences, micro)
+            return dynamic_micro_batch_count(groups, budget * shape.sp)
+        return max(fixed_micro_batch_count(len(group), micro) for group in groups)
 
-    update_each = count(per_mini, shape.ppo_tokens, shape.ppo_micro_batch)
+    ranks = [list(lengths) for lengths in lengths_per_rank]
+    size = -(-max(len(lengths) for lengths in ranks) // shape.mini_batches)
+    minis = [[lengths[i * size : (i + 1) * size] for lengths in ranks] for i in range(shape.mini_batches)]
+    each = [count(mini, shape.ppo_tokens, shape.ppo_micro_batch) for mini in minis]
+    update = sum(each) * shape.epochs
     return {
-        "log_prob": count(per_rank, shape.log_prob_tokens, shape.log_prob_micro_batch),
-        "prepass": update_each * (shape.mini_batches * shape.epochs - 1) if shape.prepass else 0,
-        "update": update_each * shape.mini_batches * shape.epochs,
+        "log_prob": count(ranks, shape.log_prob_tokens, shape.log_prob_micro_batch),
+        "prepass": update - each[0] if shape.prepass else 0,
+        "update": update,
     }
+
+
+def micro_batches_per_step(shape: StepShape, sequence_tokens: int) -> dict[str, int]:
+    """:func:`micro_batches_from_lengths` when every sequence has ``sequence_tokens`` tokens."""
+    per_rank = -(-shape.sequences // shape.dp)
+    return micro_batches_from_lengths(shape, [[sequence_tokens] * per_rank])
 
 
 def collective_bytes(

@@ -71,6 +71,7 @@ from dfpo.launch.model_anatomy import (  # noqa: E402
     PUBLISHED_CONFIGS,
     ModelAnatomy,
     hf_config_for,
+    load_hf_config,
     model_anatomy,
     published_model_of,
 )
@@ -350,11 +351,24 @@ class RunPlan:
     time: comm.StepTime
 
 
-def run_plan(name: str, hf_config: dict, s: Settings, wrap_classes: tuple[str, ...] | None = None) -> RunPlan:
-    """The plan of ``hf_config`` (a config.json as a dict) under ``s``; importable without verl or Ray."""
+def run_plan(
+    name: str,
+    hf_config: dict | str | Path,
+    s: Settings,
+    wrap_classes: tuple[str, ...] | None = None,
+    lengths_per_rank: list[list[int]] | None = None,
+) -> RunPlan:
+    """The plan of ``hf_config`` (a config.json, as a dict or its path) under ``s``; importable without verl
+    or Ray. The micro-batch counts, hence the collectives and step time, are for ``lengths_per_rank``
+    (each data-parallel rank's sequence lengths of one step, e.g. measured) when given, else for
+    full-length sequences (the worst case)."""
+    hf_config = load_hf_config(hf_config)
     anatomy = model_anatomy(hf_config, wrap_classes)
     shape = s.step_shape()
-    micro = comm.micro_batches_per_step(shape, s.sequence_tokens)
+    if lengths_per_rank is None:
+        micro = comm.micro_batches_per_step(shape, s.sequence_tokens)
+    else:
+        micro = comm.micro_batches_from_lengths(shape, lengths_per_rank)
     collectives = comm.collective_bytes(anatomy, shape, micro, s.reshard_after_forward, s.param_bytes, s.reduce_bytes)
     time = comm.step_time(anatomy, shape, collectives, s.sequence_tokens, s.gradient_checkpointing)
     return RunPlan(

@@ -252,17 +252,24 @@ class ModelAnatomy:
         return max(self.units, key=lambda unit: unit.params)
 
 
-def model_anatomy(hf_config: dict | str | Path, wrap_classes: tuple[str, ...] | None = None) -> ModelAnatomy:
-    """The anatomy of a Hugging Face config (a dict, or a config.json path): its causal-LM class built
-    on the meta device and split into verl's FSDP2 units. ``wrap_classes`` is verl's
-    ``wrap_policy.transformer_layer_cls_to_wrap`` (default: the model's ``_no_split_modules``)."""
+def load_hf_config(hf_config: dict | str | Path) -> dict:
+    """A Hugging Face config as a dict (its ``text_config`` for a multimodal one), from a dict or a
+    config.json path (or its directory)."""
     if not isinstance(hf_config, dict):
         path = Path(hf_config)
+        path = path / "config.json" if path.is_dir() else path
         try:
             hf_config = json.loads(path.read_text())
         except (OSError, ValueError) as error:
             raise KeyError(f"cannot read a Hugging Face config from {path} ({error})") from error
-    text = hf_config.get("text_config", hf_config)
+    return hf_config.get("text_config", hf_config)
+
+
+def model_anatomy(hf_config: dict | str | Path, wrap_classes: tuple[str, ...] | None = None) -> ModelAnatomy:
+    """The anatomy of a Hugging Face config (a dict, or a config.json path): its causal-LM class built
+    on the meta device and split into verl's FSDP2 units. ``wrap_classes`` is verl's
+    ``wrap_policy.transformer_layer_cls_to_wrap`` (default: the model's ``_no_split_modules``)."""
+    text = load_hf_config(hf_config)
     if "model_type" not in text:
         raise KeyError("the Hugging Face config has no 'model_type': give the checkpoint's full config.json")
     return _anatomy(json.dumps(text, sort_keys=True), tuple(wrap_classes) if wrap_classes else None)

@@ -257,3 +257,27 @@ def test_the_micro_batch_count_is_the_largest_ranks():
     assert comm.dynamic_micro_batch_count([[100] * 4, [100] * 4], 500) == 1
     with pytest.raises(ValueError, match="exceeds the micro-batch budget 500"):
         comm.dynamic_micro_batch_count([[600]], 500)
+
+
+def test_micro_batches_per_phase_follow_the_mini_batches():
+    """Two ranks of 4 sequences, 2 mini-batches, dynamic budgets of 500 tokens: each mini-batch is a
+    consecutive slice of a rank's sequences; the pre-pass forwards every mini-batch but the first."""
+    shape = comm.StepShape(
+        world=2,
+        sp=1,
+        sequences=8,
+        mini_batches=2,
+        epochs=1,
+        dynamic_bsz=True,
+        ppo_tokens=500,
+        log_prob_tokens=1000,
+        ppo_micro_batch=0,
+        log_prob_micro_batch=0,
+        prepass=True,
+    )
+    lengths = [[400, 400, 100, 100], [100, 100, 100, 100]]
+    # log_prob: rank 0 has 1000 tokens, 1 micro-batch; update: mini-batch 1 needs 2 (400 + 400 > 500), mini 2 needs 1
+    assert comm.micro_batches_from_lengths(shape, lengths) == {"log_prob": 1, "prepass": 1, "update": 3}
+    fixed = comm.StepShape(**{**shape.__dict__, "dynamic_bsz": False, "ppo_micro_batch": 1, "log_prob_micro_batch": 2})
+    assert comm.micro_batches_from_lengths(fixed, lengths) == {"log_prob": 2, "prepass": 2, "update": 4}
+    assert comm.micro_batches_per_step(fixed, 400) == {"log_prob": 2, "prepass": 2, "update": 4}

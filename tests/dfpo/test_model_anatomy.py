@@ -69,6 +69,8 @@ def test_a_checkpoints_config_json_wins(tmp_path):
     config = dict(ma.PUBLISHED_CONFIGS["qwen3_32b"], num_hidden_layers=2)
     (tmp_path / "config.json").write_text(json.dumps({"text_config": config}))
     assert ma.hf_config_for("qwen3_32b", str(tmp_path))["num_hidden_layers"] == 2
+    assert ma.load_hf_config(tmp_path)["num_hidden_layers"] == 2  # a checkpoint directory, or its config.json
+    assert ma.model_anatomy(tmp_path / "config.json").layers == ma.model_anatomy(config).layers
     assert ma.hf_config_for("qwen3_32b", str(tmp_path / "absent")) is ma.PUBLISHED_CONFIGS["qwen3_32b"]
     assert ma.published_model_of(ma.PUBLISHED_CONFIGS["gpt_oss_120b"]) == "gpt_oss_120b"
     assert ma.published_model_of(config) is None
