@@ -15,7 +15,9 @@ parameters' full shapes):
 * all-gathers: every parameter once per no-grad forward (P per forward) and twice per training
   micro-batch (forward, and again in the backward: FSDP2 reshards after the forward);
 * reduce-scatters: every gradient (P) after every micro-batch: verl 0.9.1's config leaves
-  ``use_no_sync_for_gradient_accumulation`` false, so FSDP2 syncs each micro-batch's gradients.
+  ``use_no_sync_for_gradient_accumulation`` false, so FSDP2 syncs each micro-batch's gradients;
+* the plan (:func:`dfpo.launch.communication_plan.collective_bytes` on the model's anatomy, fp32
+  parameters as on this CPU, the measured forward counts) predicts every one of those bytes exactly.
 """
 
 from __future__ import annotations
@@ -83,3 +85,28 @@ def test_a_metered_training_step_on_verls_worker(tmp_path):
             assert phases[phase]["bytes"]["all_gather_into_tensor"] == expected, phase
         assert phases["update"]["bytes"]["reduce_scatter_tensor"] == forwards["update"] * param_bytes
         assert phases["model_init"]["rss_peak_bytes"] >= phases["model_init"]["rss_start_bytes"] > 0
+        planned = _planned_bytes(tmp_path / "model" / "config.json", forwards)
+        for phase in ("log_prob", "prepass", "update"):
+            measured = {op: phases[phase]["bytes"][op] for op in planned[phase]}
+            assert measured == planned[phase], (phase, measured, planned[phase])
+
+
+def _planned_bytes(config_json, forwards: dict[str, int]) -> dict[str, dict[str, int]]:
+    """The plan's bytes for these forward counts (fp32 parameters: the harness's actor dtype)."""
+    from dfpo.launch.communication_plan import StepShape, collective_bytes
+    from dfpo.launch.model_anatomy import model_anatomy
+
+    shape = StepShape(
+        world=WORLD,
+        sp=1,
+        sequences=NUM_PROMPTS * N,
+        mini_batches=2,
+        epochs=1,
+        dynamic_bsz=False,
+        ppo_tokens=0,
+        log_prob_tokens=0,
+        ppo_micro_batch=2,
+        log_prob_micro_batch=4,
+        prepass=True,
+    )
+    return collective_bytes(model_anatomy(config_json), shape, forwards, param_bytes=4, reduce_bytes=4)
