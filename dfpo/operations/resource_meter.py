@@ -1,12 +1,15 @@
 """What a process really moves and holds, phase by phase: collective bytes, forward passes, peak RSS.
 
-The plan (:mod:`dfpo.launch.memory_plan`) predicts, per rank and step, the bytes each collective
-moves and the memory each phase holds; this meter measures the same quantities in a running verl
-worker, so a run checks the plan. Off unless ``DFPO_RESOURCE_LOG_DIR`` is set
-(:data:`LOG_DIR_ENV`); when off nothing is patched and :func:`phase` is a no-op.
+The plans (:mod:`dfpo.launch.communication_plan`, :mod:`dfpo.launch.memory_plan`) predict, per rank
+and step, the bytes each collective moves and the memory each phase holds; this meter measures the
+same quantities in a running verl worker, so a run checks the plans. Off unless
+``DFPO_RESOURCE_LOG_DIR`` is set (:data:`LOG_DIR_ENV`; ``dfpo.resource_log_dir`` sets it in every Ray
+worker); when off nothing is patched and :func:`phase` is a no-op. ``python -m
+dfpo.operations.resource_meter DIR`` prints each process's last whole step.
 
 What is counted, while a phase is open (:meth:`ResourceMeter.phase`; phases nest, and calls,
-bytes and forward passes go to the innermost open phase, RSS to every open one):
+bytes and forward passes go to the innermost open phase, RSS to every open one; a phase opened
+inside itself is that phase):
 
 * **Collectives.** The functions of ``torch.distributed`` (also reached as
   ``torch.distributed.distributed_c10d``) and of ``torch.distributed._functional_collectives``
@@ -39,8 +42,8 @@ is ``<DFPO_RESOURCE_LOG_DIR>/<role>-rank<rank>-pid<pid>.json``:
 ``{"rank", "world", "host", "pid", "phases": {phase: {"calls": {op: n}, "bytes": {op: b},
 "forward_passes": n, "rss_start_bytes", "rss_peak_bytes"}}, "steps": [{"step": k, "phases":
 {...}}]}``, plus ``device_start_bytes`` and ``device_peak_bytes`` per phase where CUDA is seen
-(an addition to the contract). ``phases`` sums every occurrence (its ``rss_start_bytes`` is the first one's, its peak
-the highest); a step holds the phases closed after the previous ``update`` closed, up to and
+(an addition to the contract). ``phases`` sums every occurrence (its ``rss_start_bytes`` is the
+first one's, its peak the highest); a step holds the phases closed after the previous ``update`` closed, up to and
 including its own ``update`` (so the weight sync after step k's update, which step k+1's rollout
 uses, is in step k+1); ``model_init`` is in ``phases`` only.
 """
