@@ -182,6 +182,7 @@ def _planned(name: str, **mutation) -> dict[str, dict[str, int]]:
     return {phase: ops for phase, ops in plan.items() if ops}
 
 
+@pytest.mark.slow  # the module's 2-rank FSDP2 run: 45-100 s on a busy 2-core machine
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_the_anatomy_units_are_fsdp2s_parameter_groups(measured, name):
     """Parameters per unit, as the anatomy reads them from the meta build, are those of the FSDP2
@@ -190,6 +191,7 @@ def test_the_anatomy_units_are_fsdp2s_parameter_groups(measured, name):
     assert measured[0][name]["groups"] == {unit.name: unit.params for unit in units}
 
 
+@pytest.mark.slow  # the module's 2-rank FSDP2 run: 45-100 s on a busy 2-core machine
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_the_plan_is_the_bytes_fsdp2_moves(measured, name):
     planned = _planned(name)
@@ -203,6 +205,7 @@ def test_the_plan_is_the_bytes_fsdp2_moves(measured, name):
         assert broadcast == pytest.approx(planned["model_init"]["broadcast"], rel=1e-3)
 
 
+@pytest.mark.slow  # the module's 2-rank FSDP2 run: 45-100 s on a busy 2-core machine
 @pytest.mark.parametrize(
     "mutation",
     [{"reshard_after_forward": False}, {"reduce_bytes": 2}, {"param_bytes": 4}],
@@ -213,6 +216,7 @@ def test_a_mutant_plan_is_not_the_measurement(measured, mutation):
     assert _planned("gpt_oss", **mutation)["update"] != got["update"]
 
 
+@pytest.mark.slow  # the module's 2-rank FSDP2 run: 45-100 s on a busy 2-core machine
 def test_a_plan_without_padding_is_not_the_measurement(measured, monkeypatch):
     """Qwen3-Next's 131-entry vocabulary is padded to 132 rows for two ranks; a plan of the unpadded
     parameter counts misses it."""
@@ -222,6 +226,7 @@ def test_a_plan_without_padding_is_not_the_measurement(measured, monkeypatch):
     assert unpadded["update"] != measured[0]["qwen3_next"]["bytes"]["update"]
 
 
+@pytest.mark.slow  # the module's 2-rank FSDP2 run: 45-100 s on a busy 2-core machine
 def test_rank_0_alone_holds_the_full_fp32_model(measured):
     """verl builds the model in fp32 on rank 0 and on the meta device elsewhere: rank 0's RSS grows by
     the fp32 parameters (the plan's host-memory rule, memory_plan.host_memory), rank 1's by next to nothing.
