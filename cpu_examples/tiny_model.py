@@ -33,12 +33,8 @@ import string
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
-
-if TYPE_CHECKING:
-    from cpu_examples.tiny_moe_models import TinyMoeSpec
 
 SPEC_FILE = "dfpo_tiny_model.json"
 PAD_TOKEN, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
@@ -51,6 +47,25 @@ CHAT_TEMPLATE = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
+
+
+@dataclass(frozen=True)
+class TinyMoeSpec:
+    """The mixture-of-experts and attention-pattern fields of a tiny MoE model (part of its
+    :class:`~cpu_examples.tiny_model.TinyModelSpec`, so of its cache key)."""
+
+    num_experts: int = 32
+    num_experts_per_tok: int = 2
+    expert_intermediate_size: int = 128  # Qwen3-Next's moe_intermediate_size; GPT-OSS's intermediate_size
+    shared_expert_intermediate_size: int = 128  # Qwen3-Next only
+    layer_types: tuple[str, ...] = ()
+    sliding_window: int = 0  # GPT-OSS only: shorter than the toy task's ~130-token sequences
+    # Qwen3-Next's Gated DeltaNet (linear attention) heads
+    linear_num_key_heads: int = 2
+    linear_num_value_heads: int = 4
+    linear_key_head_dim: int = 32
+    linear_value_head_dim: int = 32
+    linear_conv_kernel_dim: int = 4
 
 
 @dataclass(frozen=True)

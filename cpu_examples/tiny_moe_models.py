@@ -27,33 +27,12 @@ dispatches here on ``spec.architecture``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from cpu_examples.tiny_model import TinyModelSpec
-
-
-@dataclass(frozen=True)
-class TinyMoeSpec:
-    """The mixture-of-experts and attention-pattern fields of a tiny MoE model (part of its
-    :class:`~cpu_examples.tiny_model.TinyModelSpec`, so of its cache key)."""
-
-    num_experts: int = 32
-    num_experts_per_tok: int = 2
-    expert_intermediate_size: int = 128  # Qwen3-Next's moe_intermediate_size; GPT-OSS's intermediate_size
-    shared_expert_intermediate_size: int = 128  # Qwen3-Next only
-    layer_types: tuple[str, ...] = ()
-    sliding_window: int = 0  # GPT-OSS only: shorter than the toy task's ~130-token sequences
-    # Qwen3-Next's Gated DeltaNet (linear attention) heads
-    linear_num_key_heads: int = 2
-    linear_num_value_heads: int = 4
-    linear_key_head_dim: int = 32
-    linear_value_head_dim: int = 32
-    linear_conv_kernel_dim: int = 4
-
+from cpu_examples.tiny_model import TinyModelSpec, TinyMoeSpec
 
 # Qwen3-Next's published pattern: full attention every fourth layer (full_attention_interval 4).
 TINY_QWEN3_NEXT = TinyModelSpec(
     architecture="qwen3_next",
+    tie_word_embeddings=False,  # as the published model (and vLLM's Qwen3-Next never ties lm_head)
     num_hidden_layers=4,
     num_attention_heads=4,
     num_key_value_heads=2,
