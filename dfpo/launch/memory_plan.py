@@ -41,7 +41,11 @@ step), never a sum of things that do not coincide:
   log-prob pass peaks at 6 B/entry (8 with a temperature other than 1: the scaled copy) whatever
   ``ENTROPY_CHUNKING`` says; the update holds the logits and the copy (4 B/entry).
 * **vLLM** (colocated) takes ``gpu_memory_utilization × GPU memory`` during the rollout and releases
-  it for training; the actor's non-offloaded state stays. 3 GB per GPU of CUDA context, NCCL buffers
+  it for training; the actor's non-offloaded state stays. The weight sync resumes vLLM's weights only
+  (bf16, split over the rollout's tensor parallel group; verl/workers/engine_workers.py, ``resume(tags=
+  ["weights"])`` before ``update_weights``, the KV cache after), while verl gathers one parameter at a
+  time in fp32 (``get_per_tensor_param``'s ``full_tensor()``) and vLLM takes it in bf16: the largest
+  parameter (an MoE layer's fused expert tensor) sets the peak. 3 GB per GPU of CUDA context, NCCL buffers
   and fragmentation in every phase [ours].
 
 Host memory per node: rank 0 alone builds the whole model in fp32 on the CPU (verl's
@@ -227,7 +231,8 @@ def entropy_chunk_bytes(s: Settings, tokens: int, vocab: int) -> float:
 
 def memory_by_phase(anatomy: ModelAnatomy, s: Settings, hf_config: dict) -> dict[str, dict[str, dict[str, float]]]:
     """GB per GPU, ``{phase: {sub-step: {component: GB}}}``, for the rollout, the log-prob pass, the
-    DFPO pre-pass (when it runs) and the update. A phase's peak is its largest sub-step (:func:`plan`)."""
+    DFPO pre-pass (when it runs), the weight sync and the update. A phase's peak is its largest sub-step
+    (:func:`plan`)."""
     world, params = s.world, anatomy.params
     shards, grads, adam = 4 * params / world / GB, 4 * params / world / GB, 8 * params / world / GB
     by_size = sorted((unit.padded_params(world) for unit in anatomy.units), reverse=True)
@@ -279,6 +284,15 @@ def memory_by_phase(anatomy: ModelAnatomy, s: Settings, hf_config: dict) -> dict
     }
     if s.prepass:  # inside train mode: parameters, gradients (none yet) and Adam states are loaded
         phases["prepass"] = forward_only("prepass", {"parameter shards (fp32)": shards, "Adam states (fp32)": adam})
+    largest_parameter = max(comm.padded_parameter(shape, world) for unit in anatomy.units for shape in unit.shapes)
+    phases["weight_sync"] = {
+        "gathering the largest parameter": {
+            "vLLM weights (bf16, ÷ rollout TP)": 2 * params / s.rollout_tp / GB,
+            "parameter shards (fp32)": shards,
+            "the parameter, full (fp32) and for vLLM (bf16)": 6 * largest_parameter / GB,
+            "overhead": OVERHEAD_GB,
+        }
+    }
     phases["update"] = {
         "forward and loss": {**train_state, "logits": logits("update")},
         "backward through the logits": {
@@ -397,7 +411,7 @@ def render(p: RunPlan) -> str:
         parts = steps[substep]
         total = sum(parts.values())
         detail = ", ".join(f"{k} {v:.1f}" for k, v in parts.items() if v > 0.05)
-        lines.append(f"  {phase:<9} {total:6.1f} GB of {s.gpu_memory_gb:.0f} at '{substep}' ({detail})")
+        lines.append(f"  {phase:<11} {total:6.1f} GB of {s.gpu_memory_gb:.0f} at '{substep}' ({detail})")
     phase, total = peak(phases)
     lines.append(f"  peak: {phase}, {total:.1f} GB ({100 * total / s.gpu_memory_gb:.0f}% of the GPU)")
     h = p.host

@@ -59,7 +59,7 @@ def _peak(plan: memory_plan.RunPlan) -> tuple[str, float]:
     return memory_plan.peak({phase: steps[memory_plan.peak_substep(steps)] for phase, steps in plan.memory.items()})
 
 
-PHASE_COLUMNS = ("rollout", "log_prob", "prepass", "update")
+PHASE_COLUMNS = ("rollout", "log_prob", "prepass", "weight_sync", "update")
 
 
 def _phase_gb(plan: memory_plan.RunPlan, phase: str) -> float:
@@ -84,15 +84,16 @@ def hardware_cell(plan: memory_plan.RunPlan) -> str:
 def markdown_table(plans: Sequence[tuple[str, memory_plan.RunPlan]]) -> str:
     """The docs' table: GB per GPU per phase at its peak sub-step, host memory, collectives, step time."""
     lines = [
-        "| model | nodes × GPUs | rollout | log_prob | prepass | update (peak sub-step) | node 0 host, loading "
-        "| pinned host per node | collectives TB/GPU/step | compute s | communication s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | nodes × GPUs | rollout | log_prob | prepass | weight_sync | update (peak sub-step) "
+        "| node 0 host, loading | pinned host per node | collectives TB/GPU/step | compute s | communication s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for label, plan in plans:
         s, t, host = plan.settings, plan.time, plan.host
         gb = {phase: f"{_phase_gb(plan, phase):.0f}" if phase in plan.memory else "—" for phase in PHASE_COLUMNS}
         lines.append(
             f"| {label} | {s.nnodes} × {s.gpus_per_node} | {gb['rollout']} | {gb['log_prob']} | {gb['prepass']} "
+            f"| {gb['weight_sync']} "
             f"| {gb['update']} ({memory_plan.peak_substep(plan.memory['update'])}) "
             f"| {host['node 0 peak']:.0f} GB | {host['pinned offloaded shards per node after loading']:.0f} GB "
             f"| {_tb(plan):.1f} | {t.total_compute_s:,.0f} | {t.total_communication_s:,.0f} |"

@@ -113,6 +113,15 @@ def test_the_backward_holds_a_units_bf16_gradients_and_fp32_reduce_scatter_input
     assert layer["unit gradients (bf16) + reduce-scatter input (fp32)"] == pytest.approx(19.3, abs=0.1)
 
 
+def test_the_weight_sync_holds_vllms_weights_and_the_largest_parameter_twice():
+    """vLLM's bf16 weights (÷ rollout TP) are resumed before verl gathers each parameter in fp32 for vLLM
+    to take in bf16: GPT-OSS's largest parameter is a layer's fused gate_up_proj, 128 × 5760 × 2880."""
+    plan = _run_plan("run_dfpo_min_replace_gpt_oss_120b.sh")
+    parts = plan.memory["weight_sync"]["gathering the largest parameter"]
+    assert parts["the parameter, full (fp32) and for vLLM (bf16)"] == pytest.approx(6 * 128 * 5760 * 2880 / 1e9)
+    assert parts["vLLM weights (bf16, ÷ rollout TP)"] == pytest.approx(2 * plan.anatomy.params / 8 / 1e9)
+
+
 def test_a_phase_peak_is_its_largest_sub_step_not_their_sum():
     """The update's logits, a layer's recomputed activations and the reduce buffers of different units
     never coincide: the phase's peak is its largest sub-step, below the sum of every part it names."""
