@@ -342,7 +342,9 @@ def host_memory(anatomy: ModelAnatomy, s: Settings) -> dict[str, float]:
         RANK0_MODEL: 4 * params / GB,
         "other ranks while loading (meta device)": 0.0,
         "pinned offloaded shards per node after loading": s.gpus_per_node * offloaded_per_rank / GB,
-        "node 0 peak": (4 * params + s.gpus_per_node * offloaded_per_rank) / GB,
+        # rank 0's full model is freed when the engine's _build_fsdp_module returns (its full_state),
+        # before the node's ranks offload their shards: the two do not coincide
+        "node 0 peak": max(4 * params, s.gpus_per_node * offloaded_per_rank) / GB,
         "rank 0 reads the bf16 checkpoint (s)": load_s,
         "collective timeout (s)": float(DEFAULT_TIMEOUT_S),
     }
@@ -405,6 +407,12 @@ def render(p: RunPlan) -> str:
         f"{a.active_params_per_token / 1e9:.2f} B active per token, {len(a.units)} FSDP2 units, largest "
         f"{a.largest_unit().params / 1e9:.2f} B; estimates, assumptions: docs/recipes.md, 'Memory plan'):"
     ]
+    by_type = ", ".join(
+        f"{kind} {count} × {total / count / 1e9:.2f} B"
+        for kind, total in a.params_by_layer_type().items()
+        for count in [sum(1 for unit in a.layers if (unit.layer_type or "layer") == kind)]
+    )
+    lines.append(f"  layers: {by_type}; routed experts {a.expert_params / a.params:.0%} of the parameters")
     phases = {phase: steps[peak_substep(steps)] for phase, steps in p.memory.items()}
     for phase, steps in p.memory.items():
         substep = peak_substep(steps)
@@ -419,12 +427,15 @@ def render(p: RunPlan) -> str:
         f"  host memory per node: node 0 holds rank 0's full fp32 model while loading, "
         f"{h[RANK0_MODEL]:.0f} GB (the other ranks build on the "
         f"meta device); after loading, {h['pinned offloaded shards per node after loading']:.0f} GB of pinned "
-        f"offloaded shards per node; node 0 peak {h['node 0 peak']:.0f} GB"
+        f"offloaded shards per node; node 0 peak {h['node 0 peak']:.0f} GB "
+        "(less host memory there: killed while loading)"
     )
     lines.append(
         f"  load vs timeout: rank 0 reads {2 * a.params / GB:.0f} GB of bf16 weights in "
         f"~{h['rank 0 reads the bf16 checkpoint (s)']:.0f} s at {CHECKPOINT_READ_GB_PER_S:.0f} GB/s while the other "
-        f"ranks wait in a broadcast under the {DEFAULT_TIMEOUT_S / 60:.0f}-minute default collective timeout"
+        f"ranks wait in a broadcast under the {DEFAULT_TIMEOUT_S / 60:.0f}-minute default collective timeout "
+        f"({'at risk' if h['rank 0 reads the bf16 checkpoint (s)'] > DEFAULT_TIMEOUT_S / 2 else 'within it'}: "
+        "slower storage scales the read)"
     )
     micro = ", ".join(f"{k} {v}" for k, v in p.micro_batches.items())
     lines.append(f"  micro-batches per GPU per step (full-length sequences): {micro}")

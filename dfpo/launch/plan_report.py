@@ -95,7 +95,8 @@ def markdown_table(plans: Sequence[tuple[str, memory_plan.RunPlan]]) -> str:
             f"| {label} | {s.nnodes} × {s.gpus_per_node} | {gb['rollout']} | {gb['log_prob']} | {gb['prepass']} "
             f"| {gb['weight_sync']} "
             f"| {gb['update']} ({memory_plan.peak_substep(plan.memory['update'])}) "
-            f"| {host['node 0 peak']:.0f} GB | {host['pinned offloaded shards per node after loading']:.0f} GB "
+            f"| {host[memory_plan.RANK0_MODEL]:.0f} GB "
+            f"| {host['pinned offloaded shards per node after loading']:.0f} GB "
             f"| {_tb(plan):.1f} | {t.total_compute_s:,.0f} | {t.total_communication_s:,.0f} |"
         )
     return "\n".join(lines)

@@ -141,6 +141,7 @@ def test_host_memory_is_rank_0s_fp32_model_and_the_pinned_shards():
     assert plan.host[mp.RANK0_MODEL] == pytest.approx(4 * params / 1e9)
     assert plan.host["pinned offloaded shards per node after loading"] == pytest.approx(8 * 12 * params / 128 / 1e9)
     assert plan.host["collective timeout (s)"] == 1800
+    assert plan.host["node 0 peak"] == plan.host[mp.RANK0_MODEL]  # not summed with the shards pinned after it
 
 
 def test_the_plan_runs_as_a_file():
