@@ -1,6 +1,6 @@
 """GPT-OSS's sink attention against eager on a tiny model: the forward and the training gradients.
 
-    python -m dfpo.launch.sink_attention_check            # the GPT-OSS recipe's attention, on CUDA
+    python -m dfpo.launch.sink_attention_check            # the GPT-OSS recipe's attention and layout, on CUDA
     python -m dfpo.launch.sink_attention_check --cpu      # the CPU backend's packed attention, on CPU
 
 GPT-OSS learns one attention-sink logit per head (``GptOssAttention.sinks``, passed to the
@@ -11,9 +11,12 @@ forward, or whose backward gives the sinks (or q/k/v) no or the wrong gradient, 
 model without any error. :func:`compare_with_eager` builds a 2-layer ``GptOssForCausalLM`` (one
 sliding-window layer, window 4, one full-attention layer; hidden 64, 4 heads, 2 key/value heads,
 4 experts), gives the sinks values that matter, and runs sequences longer than the window:
-eager one sequence at a time, the implementation under test on all of them packed into one row
-(position ids restarting at 0, verl's ``use_remove_padding`` layout). The logits and the gradients
-of every attention layer's q/k/v/o projections and sinks must agree.
+eager one sequence at a time, the implementation under test on all of them at once in the layout
+verl gives it — packed into one row (``use_remove_padding=true``: position ids restarting at 0, no
+mask) or right-padded rows with an attention mask (``false``, the GPT-OSS recipe's: GptOssModel
+builds its masks without position ids, so a mask-based attention on a packed row attends across
+its sequences). The logits and the gradients of every attention layer's q/k/v/o projections and
+sinks must agree.
 
 The GPU smoke (scripts/gpu_smoke.sh) runs this on CUDA with the recipe's implementation
 (:func:`recipe_attention`); tests/cpu/test_sink_attention.py runs it on CPU. Exit status: 0 when
@@ -33,6 +36,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 GPT_OSS_RECIPE_CONFIG = REPO_ROOT / "dfpo" / "config" / "base_model" / "gpt_oss_120b.yaml"
 ATTENTION_KEY = "actor_rollout_ref.model.override_config.attn_implementation"
 ATTENTION_KNOB = "GPT_OSS_ATTN_IMPLEMENTATION"
+PACKING_KEY = "actor_rollout_ref.model.use_remove_padding"
+PACKING_KNOB = "USE_REMOVE_PADDING"
 CPU_PACKED_ATTENTION = "dfpo_cpu_varlen"
 """The CPU platform's attention for packed micro-batches (cpu_backend/varlen_attention.py)."""
 SKIPPED = 77
@@ -60,6 +65,20 @@ def recipe_attention(environ: dict[str, str] | None = None, config_file: Path = 
     if not value:
         raise ValueError(f"{config_file} sets no {ATTENTION_KEY}: the GPT-OSS recipe's training attention is unknown")
     return str(value)
+
+
+def recipe_packs(environ: dict[str, str] | None = None, config_file: Path = GPT_OSS_RECIPE_CONFIG) -> bool:
+    """Whether the GPT-OSS recipe packs micro-batches into one row: ``USE_REMOVE_PADDING`` when set,
+    else ``actor_rollout_ref.model.use_remove_padding`` in gpt_oss_120b.yaml."""
+    environ = os.environ if environ is None else environ
+    if environ.get(PACKING_KNOB):
+        return environ[PACKING_KNOB].strip().lower() in ("1", "true", "yes")
+    from omegaconf import OmegaConf
+
+    value = OmegaConf.select(OmegaConf.load(config_file), PACKING_KEY)
+    if value is None:
+        raise ValueError(f"{config_file} sets no {PACKING_KEY}: the GPT-OSS recipe's batch layout is unknown")
+    return bool(value)
 
 
 def tiny_gpt_oss_config():
@@ -122,10 +141,12 @@ def compare_with_eager(
     lengths: Sequence[int] = LENGTHS,
     tolerance: float | None = None,
     seed: int = 0,
+    packed: bool = True,
 ) -> SinkAttentionReport:
-    """Logits and attention gradients of ``attn_implementation`` on one packed row against eager
-    run on each sequence alone, in float32 on ``device``; the loss is a fixed random weighting of
-    the logits, so every logit's gradient reaches the attention. ``tolerance`` defaults to 1e-4
+    """Logits and attention gradients of ``attn_implementation`` on one packed row (``packed``) or
+    on right-padded rows with an attention mask, against eager run on each sequence alone, in
+    float32 on ``device``; the loss is a fixed random weighting of the real tokens' logits, so
+    every one of their gradients reaches the attention. ``tolerance`` defaults to 1e-4
     on CPU and 1e-3 on an accelerator (kernels sum in another order) [ours]."""
     import torch
     from transformers import GptOssForCausalLM
@@ -146,7 +167,7 @@ def compare_with_eager(
     if reference.config._attn_implementation != "eager":
         raise RuntimeError(f"the reference model runs {reference.config._attn_implementation}, not eager")
     reference, candidate = reference.to(device).train(), candidate.to(device).train()
-    apply_monkey_patch(candidate, ulysses_sp_size=1, use_remove_padding=True)  # as verl's FSDP engine does
+    apply_monkey_patch(candidate, ulysses_sp_size=1, use_remove_padding=packed)  # as verl's FSDP engine does
 
     generator = torch.Generator().manual_seed(seed)
     sequences = [torch.randint(0, config.vocab_size, (n,), generator=generator) for n in lengths]
@@ -159,14 +180,22 @@ def compare_with_eager(
         (logits * weights[start : start + len(sequence)]).sum().backward()
         eager_logits.append(logits.detach())
         start += len(sequence)
-    row = torch.cat(sequences).unsqueeze(0)
-    position_ids = torch.cat([torch.arange(n, device=device) for n in lengths]).unsqueeze(0)
-    packed_logits = candidate(input_ids=row, position_ids=position_ids).logits[0]
+    if packed:  # one row, sequences told apart by position ids restarting at 0 (verl's use_remove_padding)
+        row = torch.cat(sequences).unsqueeze(0)
+        position_ids = torch.cat([torch.arange(n, device=device) for n in lengths]).unsqueeze(0)
+        packed_logits = candidate(input_ids=row, position_ids=position_ids).logits[0]
+    else:  # a row each, padded on the right, with its attention mask (verl's unpacked path)
+        rows = torch.nn.utils.rnn.pad_sequence(sequences, batch_first=True)
+        mask = torch.nn.utils.rnn.pad_sequence([torch.ones_like(s) for s in sequences], batch_first=True)
+        position_ids = torch.arange(rows.shape[1], device=device).expand_as(rows)
+        logits = candidate(input_ids=rows, attention_mask=mask, position_ids=position_ids).logits
+        packed_logits = torch.cat([logits[i, :n] for i, n in enumerate(lengths)])
     (packed_logits * weights).sum().backward()
 
     if tolerance is None:
         tolerance = 1e-4 if torch.device(device).type == "cpu" else 1e-3
-    report = SinkAttentionReport(attn_implementation, str(device), tolerance)
+    layout = "packed row" if packed else "padded rows"
+    report = SinkAttentionReport(f"{attn_implementation} ({layout})", str(device), tolerance)
     report.errors["logits"] = _relative_error(packed_logits.detach(), torch.cat(eager_logits))
     for index, (mine, theirs) in enumerate(zip(candidate.model.layers, reference.model.layers, strict=True)):
         kind = config.layer_types[index]
@@ -190,11 +219,17 @@ def main(argv: list[str] | None = None) -> int:
         help=f"check the CPU backend's packed attention ({CPU_PACKED_ATTENTION}) on CPU, not the recipe's on CUDA",
     )
     parser.add_argument("--attn", help="the attention implementation to check (default: the GPT-OSS recipe's)")
+    parser.add_argument(
+        "--layout",
+        choices=("packed", "padded"),
+        help="one packed row or padded rows (default: packed with --cpu, else the GPT-OSS recipe's)",
+    )
     args = parser.parse_args(argv)
     import torch
 
     device = "cpu" if args.cpu else "cuda"
     attention = args.attn or (CPU_PACKED_ATTENTION if args.cpu else recipe_attention())
+    packed = args.layout == "packed" if args.layout else (args.cpu or recipe_packs())
     if device == "cuda" and not torch.cuda.is_available():
         print(
             f"sink attention check SKIPPED: no CUDA device (torch {torch.__version__}, CUDA build "
@@ -202,8 +237,11 @@ def main(argv: list[str] | None = None) -> int:
             "(python -m dfpo.launch.doctor says why torch sees no GPU)"
         )
         return SKIPPED
-    report = compare_with_eager(attention, device)
-    print(f"GPT-OSS sink attention: {attention} against eager on {device} (tolerance {report.tolerance:g})")
+    report = compare_with_eager(attention, device, packed=packed)
+    print(
+        f"GPT-OSS sink attention: {report.attn_implementation} against eager on {device} "
+        f"(tolerance {report.tolerance:g})"
+    )
     print("\n".join(report.lines()))
     failed = report.failures()
     if failed:

@@ -21,6 +21,7 @@ from dfpo.launch.sink_attention_check import (
     compare_with_eager,
     main,
     recipe_attention,
+    recipe_packs,
 )
 
 LAYERS = ("layer 0 (sliding_attention)", "layer 1 (full_attention)")
@@ -36,6 +37,14 @@ def test_the_cpu_packed_attention_trains_gpt_oss_like_eager():
     expected |= {f"{layer} {name}" for layer in LAYERS for name in ("v_proj.weight grad", "o_proj.weight grad")}
     expected |= {f"{layer} sinks grad" for layer in LAYERS}
     assert set(report.errors) == expected
+
+
+def test_the_padded_layout_of_the_gpu_recipe_is_compared_too():
+    """The GPT-OSS recipe's layout (use_remove_padding=false): right-padded rows with an attention
+    mask. Eager there agrees with eager on each sequence, so the GPU stage's comparison of
+    flex_attention in that layout measures flex, not the layout."""
+    report = compare_with_eager("eager", packed=False)
+    assert report.attn_implementation == "eager (padded rows)" and report.failures() == []
 
 
 def _without_sinks(q, k, v, scale, sliding_window, sinks):
@@ -102,18 +111,21 @@ def test_the_reason_gpt_oss_cannot_pack_still_holds():
     assert "logits" in compare_with_eager("eager").failures()
 
 
-def test_the_recipe_attention_is_the_knob_or_the_model_file(tmp_path):
-    assert recipe_attention({}) == "flex_attention"
+def test_the_recipe_attention_and_layout_are_the_knobs_or_the_model_file(tmp_path):
+    assert recipe_attention({}) == "flex_attention" and recipe_packs({}) is False
     assert recipe_attention({"GPT_OSS_ATTN_IMPLEMENTATION": "eager"}) == "eager"
+    assert recipe_packs({"USE_REMOVE_PADDING": "true"}) is True
     empty = tmp_path / "model.yaml"
     empty.write_text("actor_rollout_ref:\n  model: {}\n")
     with pytest.raises(ValueError, match="sets no actor_rollout_ref.model.override_config.attn_implementation"):
         recipe_attention({}, empty)
+    with pytest.raises(ValueError, match="sets no actor_rollout_ref.model.use_remove_padding"):
+        recipe_packs({}, empty)
 
 
 def test_the_cli_checks_the_cpu_attention_and_skips_without_cuda(capsys):
     assert main(["--cpu"]) == 0
-    assert f"{CPU_PACKED_ATTENTION} against eager on cpu" in capsys.readouterr().out
+    assert f"{CPU_PACKED_ATTENTION} (packed row) against eager on cpu" in capsys.readouterr().out
     if not torch.cuda.is_available():
         assert main([]) == SKIPPED
         assert "SKIPPED: no CUDA device" in capsys.readouterr().out

@@ -265,7 +265,7 @@ def test_gpu_smoke_cpu_mode_passes_the_cpu_recipe_the_vllm_rollout_and_cpu_setti
     # the CPU backend's packed attention against eager on the tiny GPT-OSS, for real
     assert "-m dfpo.launch.sink_attention_check --cpu" in calls
     assert " PASS " in next(line for line in summary.splitlines() if "GPT-OSS sink attention" in line)
-    assert "GPT-OSS sink attention: dfpo_cpu_varlen against eager on cpu" in result.stdout
+    assert "GPT-OSS sink attention: dfpo_cpu_varlen (packed row) against eager on cpu" in result.stdout
     trains = [c for c in calls if c.startswith("-m dfpo.main")]
     assert len(trains) == 2 and "algorithm.rollout_correction.bypass_mode=true" in trains[1]
     model = f"actor_rollout_ref.model.path={tmp_path}/smoke/models/tiny_qwen3_cpu"
