@@ -13,6 +13,8 @@ FSDP2 do (each rule names the code it reads):
   torch 2.11 reshards the root too: ``FSDPState._lazy_init``), and a reduce-scatter of every unit's
   gradient in ``reduce_dtype`` (fp32; torch ``foreach_reduce``). verl syncs gradients on every
   micro-batch (``use_no_sync_for_gradient_accumulation=false``, transformer_impl ``forward_backward_batch``).
+* ``dfpo_measure_update_kl`` (the weight-sync check's probe) adds, inside ``update``, one no-grad forward
+  of the rank's rows after the step's update, micro-batched as the log-prob pass.
 * ``weight_sync``: verl's ``get_per_tensor_param`` calls ``full_tensor()`` on each fp32 parameter shard
   (an all-gather of the whole parameter in fp32) before the rollout receives it in bf16.
 * ``model_init``: ``fsdp2_load_full_state_dict`` broadcasts every full fp32 tensor from rank 0
@@ -136,6 +138,9 @@ class StepShape:
     ppo_micro_batch: int
     log_prob_micro_batch: int
     prepass: bool  # DFPO's exact group pre-pass runs (loss_mode dfpo, dfpo_exact_groups)
+    # dfpo_measure_update_kl: after each step's update, one more no-grad forward of the rank's rows,
+    # micro-batched as the log-prob pass, inside update_actor (dfpo/verl/workers.py: train_mini_batch)
+    update_kl_probe: bool = False
 
     @property
     def dp(self) -> int:
@@ -161,10 +166,12 @@ def micro_batches_from_lengths(shape: StepShape, lengths_per_rank: Sequence[Sequ
     minis = [[lengths[i * size : (i + 1) * size] for lengths in ranks] for i in range(shape.mini_batches)]
     each = [count(mini, shape.ppo_tokens, shape.ppo_micro_batch) for mini in minis]
     update = sum(each) * shape.epochs
+    log_prob = count(ranks, shape.log_prob_tokens, shape.log_prob_micro_batch)
     return {
-        "log_prob": count(ranks, shape.log_prob_tokens, shape.log_prob_micro_batch),
+        "log_prob": log_prob,
         "prepass": update - each[0] if shape.prepass else 0,
         "update": update,
+        "update_kl_probe": log_prob if shape.update_kl_probe else 0,  # no-grad forwards inside update
     }
 
 
@@ -198,7 +205,9 @@ def collective_bytes(
         if micro_batches["prepass"]
         else {},
         "update": {
-            ALL_GATHER: unit_elements * param_bytes * gathers_per_training_forward * micro_batches["update"],
+            ALL_GATHER: unit_elements
+            * param_bytes
+            * (gathers_per_training_forward * micro_batches["update"] + micro_batches.get("update_kl_probe", 0)),
             REDUCE_SCATTER: unit_elements * reduce_bytes * micro_batches["update"],
         },
         "weight_sync": {ALL_GATHER: parameter_elements * 4},

@@ -113,6 +113,7 @@ class Settings:
     epochs: int = 1
     reshard_after_forward: bool = True
     prepass: bool = False  # DFPO's exact group pre-pass (loss_mode dfpo, dfpo_exact_groups)
+    update_kl_probe: bool = False  # dfpo_measure_update_kl: one more no-grad forward after each update
     entropy_chunk: int = 2048
     unit_temperature: bool = True
     param_bytes: int = 2  # fsdp_config.mixed_precision.param_dtype (bf16 when unset)
@@ -146,6 +147,7 @@ class Settings:
             ppo_micro_batch=self.ppo_micro_batch,
             log_prob_micro_batch=self.log_prob_micro_batch,
             prepass=self.prepass,
+            update_kl_probe=self.update_kl_probe,
         )
 
 
@@ -190,6 +192,7 @@ def settings_from_config(cfg, gpu_memory_gb: float = 80.0) -> Settings:
         epochs=int(actor.ppo_epochs),
         reshard_after_forward=bool(fsdp.get("reshard_after_forward", True)),
         prepass=policy_loss.get("loss_mode") == "dfpo" and bool(policy_loss.get("dfpo_exact_groups", False)),
+        update_kl_probe=bool(policy_loss.get("dfpo_measure_update_kl", False)),
         entropy_chunk=int(fsdp.get("entropy_from_logits_chunk_size", 2048) or 2048),
         unit_temperature=float(rollout.get("temperature", 1.0)) == 1.0,
         param_bytes=_dtype_bytes(mixed_precision, "param_dtype", "bf16"),
@@ -473,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("param-offload", "optimizer-offload", "gradient-checkpointing", "entropy-chunking"):
         p.add_argument(f"--{name}", type=_bool, required=True)
     defaults = {f.name: f.default for f in fields(Settings)}
-    for name in ("remove-padding", "reshard-after-forward", "prepass", "unit-temperature"):
+    for name in ("remove-padding", "reshard-after-forward", "prepass", "update-kl-probe", "unit-temperature"):
         p.add_argument(f"--{name}", type=_bool, default=defaults[name.replace("-", "_")])
     for name in ("sequences", "mini-batches", "epochs", "entropy-chunk", "param-bytes", "reduce-bytes"):
         p.add_argument(f"--{name}", type=int, default=defaults[name.replace("-", "_")])

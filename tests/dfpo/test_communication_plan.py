@@ -282,7 +282,20 @@ def test_micro_batches_per_phase_follow_the_mini_batches():
     )
     lengths = [[400, 400, 100, 100], [100, 100, 100, 100]]
     # log_prob: rank 0 has 1000 tokens, 1 micro-batch; update: mini-batch 1 needs 2 (400 + 400 > 500), mini 2 needs 1
-    assert comm.micro_batches_from_lengths(shape, lengths) == {"log_prob": 1, "prepass": 1, "update": 3}
+    assert comm.micro_batches_from_lengths(shape, lengths) == {
+        "log_prob": 1,
+        "prepass": 1,
+        "update": 3,
+        "update_kl_probe": 0,
+    }
     fixed = comm.StepShape(**{**shape.__dict__, "dynamic_bsz": False, "ppo_micro_batch": 1, "log_prob_micro_batch": 2})
-    assert comm.micro_batches_from_lengths(fixed, lengths) == {"log_prob": 2, "prepass": 2, "update": 4}
-    assert comm.micro_batches_per_step(fixed, 400) == {"log_prob": 2, "prepass": 2, "update": 4}
+    assert comm.micro_batches_from_lengths(fixed, lengths) == {
+        "log_prob": 2,
+        "prepass": 2,
+        "update": 4,
+        "update_kl_probe": 0,
+    }
+    assert comm.micro_batches_per_step(fixed, 400) == {"log_prob": 2, "prepass": 2, "update": 4, "update_kl_probe": 0}
+    # dfpo_measure_update_kl: one more no-grad forward of the rank's rows inside update, as the log-prob pass
+    probed = comm.StepShape(**{**fixed.__dict__, "update_kl_probe": True})
+    assert comm.micro_batches_per_step(probed, 400)["update_kl_probe"] == 2

@@ -13,12 +13,17 @@ Checked on each run's own log: every step trains; DFPO cancels the drift (by its
 measured on the gradient verl backpropagated, on the shared tokens); the rollout's log-probs
 match the actor's after every weight sync (verl's sync of the MoE experts reached the rollout);
 ``python -m dfpo.operations.run_checks --weight-sync`` passes; the checkpoint of every rank is
-written. The rollout is dfpo's local transformers server: vLLM 0.24.0's CPU build serves neither
-model (docs/recipes.md, "The paper's MoE architectures on CPU").
+written; and the plan ``dfpo.dry_run=true`` prints (``dfpo/launch/communication_plan.py``, from the
+model's real FSDP2 wrap) predicts, for each rank's last whole step, the forward passes and the bytes
+of every all-gather and reduce-scatter FSDP2 issued and of the weight sync's gathers, as the
+resource meter counted them in the run (``dfpo.resource_log_dir``). The rollout is dfpo's local
+transformers server: vLLM 0.24.0's CPU build serves neither model (docs/recipes.md, "The paper's
+MoE architectures on CPU").
 """
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -40,6 +45,13 @@ MODELS = {
     "tiny_gpt_oss": ("run_dfpo_min_replace_tiny_gpt_oss_cpu.sh", "GptOssForCausalLM"),
     "tiny_qwen3_next": ("run_dfpo_min_replace_tiny_qwen3_next_cpu.sh", "Qwen3NextForCausalLM"),
 }
+# The plan's bytes against the meter's: exact for FSDP2's gathers and reduce-scatters of the wrap;
+# DFPO's pre-pass and residual meters add small all-gathers of per-row statistics (rows x a few
+# floats: kilobytes against the megabytes of one layer), hence a relative tolerance, not equality.
+BYTES_TOLERANCE = 0.01
+# the weight-sync check compares each step's rollout/actor KL with the previous update's, which this
+# probe measures (one more forward after each update: the plan counts it)
+PROBE = ("actor_rollout_ref.actor.policy_loss.dfpo_measure_update_kl=true",)
 
 
 @pytest.fixture(scope="module", params=sorted(MODELS))
@@ -54,8 +66,7 @@ def moe_run(request, tmp_path_factory):
         "GPUS_PER_NODE": str(RANKS),
         "PROJECT_NAME": "moe",
     }
-    # the weight-sync check compares each step's rollout/actor KL with the previous update's
-    args = ("actor_rollout_ref.actor.policy_loss.dfpo_measure_update_kl=true",)
+    args = (*PROBE, f"dfpo.resource_log_dir={output_root / 'meter'}")
     run = run_recipe(recipe, env, args, timeout_s=900)
     print(f"{recipe}: {run.seconds:.0f} s")
     assert run.returncode == 0, run.tail(120)
@@ -100,9 +111,11 @@ def test_the_rollout_gets_the_trained_experts_after_every_update(moe_run):
     # them would show as a log-prob gap of the size of the update; both sides are float32.
     for step, metrics in _trained(steps).items():
         assert metrics["training/rollout_probs_diff_max"] < ROLLOUT_GAP_BOUNDS["fp32"], (step, metrics)
-    command = [sys.executable, "-m", "dfpo.operations.run_checks", str(log), "--steps", str(STEPS), "--weight-sync"]
+    command = [sys.executable, "-m", "dfpo.operations.run_checks", str(log), "--steps", str(STEPS), "--dfpo"]
+    command += ["--old-log-probs", "recomputed", "--rollout-numerics", "fp32", "--weight-sync"]
     checks = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True)
     assert checks.returncode == 0, checks.stdout + checks.stderr
+    assert checks.stdout.count("PASS  ") == 7 and "FAIL" not in checks.stdout, checks.stdout
     assert any("weights reached the rollout" in line and line.startswith("PASS") for line in checks.stdout.splitlines())
 
 
@@ -113,3 +126,49 @@ def test_every_rank_checkpoints_the_moe_model(moe_run):
     actor = experiment / f"global_step_{STEPS}" / "actor"
     for rank in range(RANKS):
         assert (actor / f"model_world_size_{RANKS}_rank_{rank}.pt").is_file(), sorted(actor.iterdir())
+
+
+def test_the_plan_predicts_what_each_rank_moved(moe_run):
+    from cpu_examples.prepare import model_dir
+    from dfpo.launch import communication_plan as comm
+    from dfpo.launch.plan_report import recipe_plan
+    from dfpo.operations.resource_meter import last_complete_step
+
+    model, _, output_root, _, _ = moe_run
+
+    environ = {
+        "OUTPUT_ROOT": str(output_root),
+        "GPUS_PER_NODE": str(RANKS),
+        "MODEL_PATH": str(model_dir(output_root, model)),
+    }
+    plan = recipe_plan("dfpo_min_replace", f"{model}_cpu", PROBE, environ=environ)
+    records = sorted((output_root / "meter").glob("*-rank*-pid*.json"))
+    ranks = {}
+    for path in records:
+        record = json.loads(path.read_text())
+        step = last_complete_step(record)
+        if step is not None:  # the actor's ranks (other metered processes run no training step)
+            ranks[record["rank"]] = step
+    assert sorted(ranks) == list(range(RANKS)), [p.name for p in records]
+    for rank, step in ranks.items():
+        assert step["step"] == STEPS, (rank, step["step"])
+        forwards = plan.micro_batches
+        assert forwards["update_kl_probe"] > 0 and forwards["prepass"] > 0, forwards  # both run in these runs
+        expected = {
+            "log_prob": forwards["log_prob"],
+            "prepass": forwards["prepass"],
+            "update": forwards["update"] + forwards["update_kl_probe"],  # the probe forwards inside update
+        }
+        for phase, count in expected.items():
+            assert step["phases"][phase]["forward_passes"] == count, (rank, phase, step["phases"][phase])
+        for phase in ("log_prob", "prepass", "update", "weight_sync"):
+            for op in (comm.ALL_GATHER, comm.REDUCE_SCATTER):
+                planned = plan.collectives[phase].get(op, 0)
+                measured = step["phases"][phase]["bytes"].get(op, 0)
+                assert abs(measured - planned) <= BYTES_TOLERANCE * max(planned, 1), (
+                    rank,
+                    phase,
+                    op,
+                    measured,
+                    planned,
+                )
