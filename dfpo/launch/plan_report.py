@@ -115,10 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) < 2 or args[0].startswith("-"):
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
+    from dfpo.launch.preflight import memory_plan_report
     from dfpo.launch.recipe import RecipeError
 
     try:
-        print(memory_plan.render(recipe_plan(args[0], args[1], args[2:])))
+        print(memory_plan_report(recipe_config(args[0], args[1], args[2:])))  # the dry run's text
     except (RecipeError, KeyError, ValueError) as error:
         print(f"plan: {error.args[0] if error.args else error}", file=sys.stderr)
         return 1

@@ -303,7 +303,8 @@ def check_attention_sinks_with_ulysses(config) -> None:
 
 def memory_plan_report(config, environ: dict[str, str] | None = None) -> str | None:
     """The plan of a GPU run (text; :mod:`dfpo.launch.memory_plan`): per-GPU memory by phase, host memory
-    per node, collective bytes and step time; None on CPU. ``GPU_MEMORY_GB`` (default 80) is the GPU's
+    per node, collective bytes and step time, and for a MoE recipe's model the step time under the
+    expert-parallel engines (:mod:`dfpo.launch.engine_plan`); None on CPU. ``GPU_MEMORY_GB`` (default 80) is the GPU's
     memory. The model is the checkpoint's config.json when there is one, else the published config of
     the model ``dfpo.model`` names (or whose shape the config.json has)."""
     from dfpo.launch import memory_plan
@@ -329,7 +330,10 @@ def memory_plan_report(config, environ: dict[str, str] | None = None) -> str | N
         plan = memory_plan.plan_of_config(config, str(name or Path(model_path).name), hf_config, gpu_memory_gb)
     except (KeyError, ValueError) as error:
         return f"dfpo preflight: no memory plan: {error.args[0]}"
-    return memory_plan.render(plan)
+    from dfpo.launch.engine_plan import engine_report_for_config
+
+    engines = engine_report_for_config(config)  # the MoE recipes: FSDP2 against the expert-parallel engines
+    return memory_plan.render(plan) + (f"\n{engines}" if engines else "")
 
 
 def check_checkpoint_storage(config, environ: dict[str, str] | None = None, mounts_text: str | None = None) -> None:
