@@ -153,8 +153,10 @@ def micro_batches_from_lengths(shape: StepShape, lengths_per_rank: Sequence[Sequ
     log_prob: the rank's sequences; update: each mini-batch, consecutive slices of the rank's sequences
     (the actor does not shuffle: ``actor.shuffle=false``), × epochs; prepass: every mini-batch but the
     first (at θ_old the pre-pass takes s_j = 1 and forwards nothing: dfpo/verl/group_prepass.py),
-    micro-batched as the update (it forwards the mini-batch with the update's settings:
-    dfpo/verl/group_prepass_wiring.py)."""
+    micro-batched as the log-prob pass (it forwards the mini-batch through verl's no-grad
+    ``infer_batch``, whose micro-batches are the log-prob pass's: dfpo/verl/group_prepass_wiring.py;
+    measured in the tiny GPT-OSS run, 8 forwards of 64 rows at the log-prob pass's 8, not the
+    update's 16 at 4)."""
 
     def count(groups: list[list[int]], budget: int, micro: int) -> int:
         if shape.dynamic_bsz:
@@ -166,10 +168,11 @@ def micro_batches_from_lengths(shape: StepShape, lengths_per_rank: Sequence[Sequ
     minis = [[lengths[i * size : (i + 1) * size] for lengths in ranks] for i in range(shape.mini_batches)]
     each = [count(mini, shape.ppo_tokens, shape.ppo_micro_batch) for mini in minis]
     update = sum(each) * shape.epochs
+    inferred = [count(mini, shape.log_prob_tokens, shape.log_prob_micro_batch) for mini in minis]
     log_prob = count(ranks, shape.log_prob_tokens, shape.log_prob_micro_batch)
     return {
         "log_prob": log_prob,
-        "prepass": update - each[0] if shape.prepass else 0,
+        "prepass": sum(inferred) * shape.epochs - inferred[0] if shape.prepass else 0,
         "update": update,
         "update_kl_probe": log_prob if shape.update_kl_probe else 0,  # no-grad forwards inside update
     }

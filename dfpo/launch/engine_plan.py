@@ -226,8 +226,10 @@ RECIPES: dict[str, RecipeRun] = {
 
 def micro_batches_per_rank(run: RecipeRun) -> dict[str, int]:
     """Forwards per rank per step with fixed micro-batches (the MoE recipes' ``use_dynamic_bsz=false``):
-    ``log_prob`` every sequence of the rank; ``update`` each mini-batch's (× epochs); ``prepass`` the
-    update's for every mini-batch but the first (at θ_old the pre-pass reuses the old log-probs)."""
+    ``log_prob`` every sequence of the rank; ``update`` each mini-batch's (× epochs); ``prepass`` every
+    mini-batch but the first (at θ_old the pre-pass reuses the old log-probs), through verl's
+    ``infer_batch`` at the log-prob pass's micro-batch size, which the MoE recipes set to the update's
+    (one sequence)."""
     sequences = math.ceil(run.prompts_per_step * run.group_size / run.world)
     mini_batches = run.prompts_per_step // run.mini_batch_prompts
     per_mini = math.ceil(math.ceil(sequences / mini_batches) / run.micro_batch_sequences)

@@ -288,14 +288,16 @@ def test_micro_batches_per_phase_follow_the_mini_batches():
         "update": 3,
         "update_kl_probe": 0,
     }
+    # the pre-pass forwards through verl's infer_batch, at the log-prob pass's micro-batch size (2 rows):
+    # mini-batch 2 (2 rows per rank) in one forward, where the update's size (1 row) would take 2
     fixed = comm.StepShape(**{**shape.__dict__, "dynamic_bsz": False, "ppo_micro_batch": 1, "log_prob_micro_batch": 2})
     assert comm.micro_batches_from_lengths(fixed, lengths) == {
         "log_prob": 2,
-        "prepass": 2,
+        "prepass": 1,
         "update": 4,
         "update_kl_probe": 0,
     }
-    assert comm.micro_batches_per_step(fixed, 400) == {"log_prob": 2, "prepass": 2, "update": 4, "update_kl_probe": 0}
+    assert comm.micro_batches_per_step(fixed, 400) == {"log_prob": 2, "prepass": 1, "update": 4, "update_kl_probe": 0}
     # dfpo_measure_update_kl: one more no-grad forward of the rank's rows inside update, as the log-prob pass
     probed = comm.StepShape(**{**fixed.__dict__, "update_kl_probe": True})
     assert comm.micro_batches_per_step(probed, 400)["update_kl_probe"] == 2
