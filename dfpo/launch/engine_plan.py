@@ -196,31 +196,26 @@ class RecipeRun:
 
 # The recipes as shipped (base_model/<model>.yaml, recipe_defaults.yaml, method dfpo_min_replace);
 # tests/dfpo/test_engine_plan.py checks them against the composed recipe configs.
+def _as_shipped(model: str, nodes: int) -> RecipeRun:
+    """A MoE recipe as shipped: 8 GPUs per node, 128 prompts × 8 responses per step, mini-batches of
+    32 prompts, one epoch, 2,048 + 32,768 tokens, one sequence per micro-batch, DFPO's pre-pass."""
+    return RecipeRun(
+        model=model,
+        nodes=nodes,
+        gpus_per_node=8,
+        prompts_per_step=128,
+        group_size=8,
+        mini_batch_prompts=32,
+        epochs=1,
+        sequence_tokens=2048 + 32768,
+        micro_batch_sequences=1,
+        prepass=True,
+    )
+
+
 RECIPES: dict[str, RecipeRun] = {
-    "qwen3_next_80b_a3b_thinking": RecipeRun(
-        model="qwen3_next_80b_a3b_thinking",
-        nodes=8,
-        gpus_per_node=8,
-        prompts_per_step=128,
-        group_size=8,
-        mini_batch_prompts=32,
-        epochs=1,
-        sequence_tokens=2048 + 32768,
-        micro_batch_sequences=1,
-        prepass=True,
-    ),
-    "gpt_oss_120b": RecipeRun(
-        model="gpt_oss_120b",
-        nodes=16,
-        gpus_per_node=8,
-        prompts_per_step=128,
-        group_size=8,
-        mini_batch_prompts=32,
-        epochs=1,
-        sequence_tokens=2048 + 32768,
-        micro_batch_sequences=1,
-        prepass=True,
-    ),
+    "qwen3_next_80b_a3b_thinking": _as_shipped("qwen3_next_80b_a3b_thinking", nodes=8),
+    "gpt_oss_120b": _as_shipped("gpt_oss_120b", nodes=16),
 }
 
 

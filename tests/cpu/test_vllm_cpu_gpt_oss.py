@@ -10,13 +10,11 @@ BFloat16 but found Float" in ``cpu_attention_with_kv_cache``). One subprocess
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.subprocess_report import run_reporting
 
 RUNNER = Path(__file__).with_name("vllm_cpu_gpt_oss_run.py")
 REPO = Path(__file__).resolve().parents[2]
@@ -30,18 +28,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    env = {**os.environ, "VERL_PLATFORM": "cpu", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}
-    result = subprocess.run(
-        [sys.executable, str(RUNNER), str(tmp_path_factory.mktemp("tiny_gpt_oss"))],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    lines = [line for line in result.stdout.splitlines() if line.startswith("REPORT ")]
-    assert result.returncode == 0 and lines, result.stdout[-3000:] + result.stderr[-6000:]
-    return json.loads(lines[-1].removeprefix("REPORT "))
+    env = {"VERL_PLATFORM": "cpu", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    return run_reporting(RUNNER, [str(tmp_path_factory.mktemp("tiny_gpt_oss"))], env, cwd=REPO)
 
 
 def test_vllm_cpu_bf16_gives_transformers_distributions(served):

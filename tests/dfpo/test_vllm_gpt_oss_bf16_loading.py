@@ -9,16 +9,13 @@ layer is untied (as GPT-OSS-120B's; vLLM 0.24's GPT-OSS drops a tied one).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from importlib import metadata
 from pathlib import Path
 
 import pytest
 
 from dfpo.vllm_fixes import gpt_oss_bf16_loading as fix
+from tests.subprocess_report import run_reporting
 
 RUNNER = Path(__file__).with_name("vllm_gpt_oss_loading_run.py")
 REPO = Path(__file__).resolve().parents[2]
@@ -59,17 +56,7 @@ def load_report(tmp_path_factory):
     checkpoint = write_gpt_oss_checkpoint(tmp_path_factory.mktemp("gpt_oss_bf16"))
     tied = write_gpt_oss_checkpoint(tmp_path_factory.mktemp("gpt_oss_bf16_tied"), tie_word_embeddings=True)
     env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}
-    result = subprocess.run(
-        [sys.executable, str(RUNNER), str(checkpoint), str(tied)],
-        cwd=REPO,
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    lines = [line for line in result.stdout.splitlines() if line.startswith("REPORT ")]
-    assert result.returncode == 0 and lines, result.stdout[-3000:] + result.stderr[-6000:]
-    return json.loads(lines[-1].removeprefix("REPORT "))
+    return run_reporting(RUNNER, [str(checkpoint), str(tied)], env, cwd=REPO)
 
 
 def test_the_plugin_is_an_entry_point_vllm_loads():

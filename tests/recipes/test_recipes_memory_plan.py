@@ -194,6 +194,11 @@ def test_the_readme_hardware_cells_are_the_plans():
         hardware = row.split(" | ")[2]
         assert hardware.startswith(f"{plan.settings.nnodes} × {plan.settings.gpus_per_node} GPUs (80 GB")
         assert f"DFPO Min-Replace's {plan_report.hardware_cell(plan)} ([memory plan]" in hardware
+        # the engine the recipe runs and where the comparison with expert parallelism is
+        assert (
+            "engine FSDP2, kept over the expert-parallel engines ([why](docs/recipes.md#engines-for-the-moe-recipes))"
+            in hardware
+        )
 
 
 def test_the_docs_plan_command_runs():
