@@ -17,8 +17,8 @@ written; and the plan ``dfpo.dry_run=true`` prints (``dfpo/launch/communication_
 model's real FSDP2 wrap) predicts, for each rank's last whole step, the forward passes and the bytes
 of every all-gather and reduce-scatter FSDP2 issued and of the weight sync's gathers, as the
 resource meter counted them in the run (``dfpo.resource_log_dir``). The rollout is dfpo's local
-transformers server: vLLM 0.24.0's CPU build serves neither model (docs/recipes.md, "The paper's
-MoE architectures on CPU").
+transformers server: vLLM 0.24.0's CPU build cannot run Qwen3-Next and runs GPT-OSS in bf16 only
+(docs/recipes.md, "The paper's MoE architectures on CPU").
 """
 
 from __future__ import annotations
