@@ -9,6 +9,8 @@ layer is untied (as GPT-OSS-120B's; vLLM 0.24's GPT-OSS drops a tied one).
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -128,3 +130,16 @@ def test_the_tiny_gpt_oss_is_untied_as_gpt_oss_120b():
     from cpu_examples.tiny_moe_models import TINY_GPT_OSS
 
     assert TINY_GPT_OSS.tie_word_embeddings is False
+
+
+def test_a_vllm_process_that_never_builds_gpt_oss_never_imports_it():
+    """The plugin costs nothing where vLLM serves another model: it patches right after vLLM's lazy
+    import of the GPT-OSS module (about 2 s per vLLM process on 2 cores when imported eagerly)."""
+    probe = (
+        "import sys; from dfpo.vllm_fixes import gpt_oss_bf16_loading as fix; fix.register(); "
+        "before = fix.GPT_OSS_MODULE in sys.modules; "
+        "from vllm.model_executor.models.gpt_oss import GptOssModel; "
+        "print('PROBE', before, getattr(GptOssModel._load_weights_other, fix.PATCHED_MARK, False))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert "PROBE False True" in done.stdout, done.stdout[-2000:] + done.stderr[-4000:]
