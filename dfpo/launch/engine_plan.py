@@ -3,9 +3,10 @@
     python -m dfpo.launch.engine_plan                      # both MoE recipes, full-length sequences
     python -m dfpo.launch.engine_plan --mean-tokens 12000  # a measured mean sequence length instead
 
-Pure arithmetic, standard library only (no verl, no torch). Every assumption is a named constant
-below, with its source; :func:`engine_report_for_config` gives a composed run config's comparison
-for the dry run's printout (``None`` for a model that is not a MoE recipe's).
+Pure arithmetic on the standard library and the FSDP2 plan's micro-batch count
+(dfpo.launch.communication_plan; no verl, no torch). Every assumption is a named constant below,
+with its source; :func:`engine_report_for_config` gives a composed run config's comparison for the
+dry run's printout (``None`` for a model that is not a MoE recipe's).
 
 What verl 0.9.1 ships (``verl/workers/engine/*/transformer_impl.py``, ``EngineRegistry.register``;
 chosen by ``model_engine=<name>`` in ``verl/trainer/config/model_engine/``, which sets the actor's
@@ -38,8 +39,9 @@ Their break-even is ``T* = 8 × layer parameters / (12 × top_k × hidden)`` tok
 from __future__ import annotations
 
 import argparse
-import math
 from dataclasses import dataclass
+
+from dfpo.launch import communication_plan as comm
 
 GB = 1e9
 BF16, FP32 = 2, 4
@@ -220,19 +222,26 @@ RECIPES: dict[str, RecipeRun] = {
 
 
 def micro_batches_per_rank(run: RecipeRun) -> dict[str, int]:
-    """Forwards per rank per step with fixed micro-batches (the MoE recipes' ``use_dynamic_bsz=false``):
+    """Forwards per rank per step with fixed micro-batches (the MoE recipes' ``use_dynamic_bsz=false``),
+    counted as the FSDP2 plan counts them (:func:`dfpo.launch.communication_plan.micro_batches_per_step`):
     ``log_prob`` every sequence of the rank; ``update`` each mini-batch's (× epochs); ``prepass`` every
-    mini-batch but the first (at θ_old the pre-pass reuses the old log-probs), through verl's
-    ``infer_batch`` at the log-prob pass's micro-batch size, which the MoE recipes set to the update's
-    (one sequence)."""
-    sequences = math.ceil(run.prompts_per_step * run.group_size / run.world)
-    mini_batches = run.prompts_per_step // run.mini_batch_prompts
-    per_mini = math.ceil(math.ceil(sequences / mini_batches) / run.micro_batch_sequences)
-    return {
-        "log_prob": math.ceil(sequences / run.micro_batch_sequences),
-        "prepass": per_mini * (mini_batches * run.epochs - 1) if run.prepass else 0,
-        "update": per_mini * mini_batches * run.epochs,
-    }
+    mini-batch but the first, through verl's ``infer_batch`` at the log-prob pass's micro-batch size,
+    which the MoE recipes set to the update's (one sequence)."""
+    shape = comm.StepShape(
+        world=run.world,
+        sp=1,
+        sequences=run.prompts_per_step * run.group_size,
+        mini_batches=run.prompts_per_step // run.mini_batch_prompts,
+        epochs=run.epochs,
+        dynamic_bsz=False,
+        ppo_tokens=0,
+        log_prob_tokens=0,
+        ppo_micro_batch=run.micro_batch_sequences,
+        log_prob_micro_batch=run.micro_batch_sequences,
+        prepass=run.prepass,
+    )
+    micro = comm.micro_batches_per_step(shape, run.sequence_tokens)
+    return {phase: micro[phase] for phase in ("log_prob", "prepass", "update")}
 
 
 def optimizer_steps(run: RecipeRun) -> int:
