@@ -58,6 +58,7 @@ def _rank_main(target, rank, init_file, log_dir, results, args) -> None:
     try:
         dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
         answer = target(rank, log_dir, *args)
+        dist.barrier()  # no rank tears its group down while the other still runs a collective
         dist.destroy_process_group()
         results.put({"rank": rank, **answer})
     except BaseException as error:  # noqa: BLE001  (reported to the parent)
@@ -85,7 +86,10 @@ def _collectives(rank: int, log_dir: str) -> dict:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
             dist._reduce_scatter_base(torch.empty(2), torch.ones(4))  # runs reduce_scatter_tensor itself
-        sharded.full_tensor()  # DTensor: a functional all_gather_tensor of the full 10 floats
+        # DTensor: a functional all_gather_tensor of the full 10 floats. Its result is used, so the async
+        # collective is waited here (an unwaited one left gloo's worker busy at teardown: abort, exit -6)
+        full = sharded.full_tensor()
+        assert torch.equal(full, torch.arange(10.0))
         with meter.phase("prepass"):
             dist.all_reduce(torch.ones(2))
             objects = [None] * WORLD
