@@ -215,10 +215,14 @@ def test_gpu_smoke_gpu_mode_training_launch_runs_for_real_until_cuda_is_needed(d
     )  # one GPU: the model file's
     save_untrained_model(tmp_path / "Qwen3-0.6B", TinyModelSpec(), build_char_tokenizer())
     logical_gpu = ["+ray_kwargs.ray_init.num_gpus=1", "ray_kwargs.ray_init.num_cpus=16"]
-    # the GPU path: no CPU backend (VERL_PLATFORM unset), a Ray instance of its own
+    # the GPU path: no CPU backend (VERL_PLATFORM unset), a Ray instance of its own (RAY_ADDRESS=local:
+    # an empty one lets ray.init join a cluster another process started with `ray start`). No node watch
+    # (DFPO_NODE_WATCH_S=0): with it, the driver holds verl's Ray error back 30 s to ask Ray's node
+    # table whether a node was lost (node_watch.CONFIRM_S) before raising it as it is, a third of
+    # this test's time; that path is tests/dfpo/test_node_watch.py's, the real watch the multi-node e2e's
     result = run_command(
         [sys.executable, "-m", "dfpo.main", *launch, *logical_gpu],
-        {"VERL_PLATFORM": "", "RAY_ADDRESS": ""},
+        {"VERL_PLATFORM": "", "RAY_ADDRESS": "local", "DFPO_NODE_WATCH_S": "0"},
         timeout_s=600,
     )
     output = result.output
