@@ -103,6 +103,7 @@ def main(config) -> None:
         driver_setup.check_platform(config)
         driver_setup.drop_node_resources_on_a_cluster(config)
         driver_setup.forward_resource_log_dir(config)  # dfpo.resource_log_dir to every Ray worker (resource meter)
+        driver_setup.continue_tracker_run(config)  # with W&B: the experiment's one run, resumed by every launch
         if not config.dfpo.dry_run:
             driver_setup.tee_console(config.dfpo.console_log)  # the recipes' console log of the run
             driver_setup.prepare_example(config)  # an example's model and task, written once

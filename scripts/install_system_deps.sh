@@ -6,6 +6,9 @@
 #                  setsid (scripts/launch/ray_cluster.sh starts Ray in a session of its own)
 #   python3     -> /usr/bin/python3          (an interpreter the unprivileged sandbox user can run)
 #   shellcheck  -> /usr/bin/shellcheck       (tests/recipes/test_launch_multi_node.py lints scripts/launch/)
+#   slurmctld, slurmd, slurm-client, munge -> /usr/sbin/slurmctld, /usr/sbin/slurmd, /usr/bin/sbatch,
+#                  /usr/sbin/munged (tests/e2e/test_slurm_cpu.py runs the sbatch template under a
+#                  real one-node SLURM that the test suite starts and stops)
 #
 # Fast when everything is present (no apt call at all). Works as root without sudo; uses sudo
 # when not root and sudo is available. Exits non-zero with a clear message when something is
@@ -25,6 +28,10 @@ declare -A PACKAGE_FOR=(
   [/usr/bin/python3]=python3-minimal
   [/usr/bin/setsid]=util-linux
   [/usr/bin/shellcheck]=shellcheck
+  [/usr/sbin/slurmctld]=slurmctld
+  [/usr/sbin/slurmd]=slurmd
+  [/usr/bin/sbatch]=slurm-client
+  [/usr/sbin/munged]=munge
 )
 
 missing_packages=()
@@ -38,7 +45,7 @@ for path in "${!PACKAGE_FOR[@]}"; do
 done
 
 if [[ ${#missing_packages[@]} -eq 0 ]]; then
-  echo "install_system_deps: nothing to install (bwrap, prlimit, unshare, setpriv, setsid, python3, shellcheck present)"
+  echo "install_system_deps: nothing to install (bwrap, prlimit, unshare, setpriv, setsid, python3, shellcheck, slurm, munge present)"
   exit 0
 fi
 

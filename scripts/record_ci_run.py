@@ -37,8 +37,9 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SETUP_DONE_MARK = "[setup] .venv ready"
-# what tests/e2e/test_multi_node_cpu.py prints (to stderr) of its cluster, the lost node and the
-# preemption: each pattern's groups become the named fields of the record's ``recovery``
+# what tests/e2e/test_multi_node_cpu.py (its cluster, the lost node, the resumed Ray job) and
+# tests/e2e/test_slurm_cpu.py (the preemption through SLURM: SIGTERM, requeue, resume) print to stderr:
+# each pattern's groups become the named fields of the record's ``recovery``
 RECOVERY_LINES = (
     (re.compile(r"2-node cluster up in (\d+) s"), ("cluster_up_s",)),
     (
@@ -49,12 +50,16 @@ RECOVERY_LINES = (
         ("processes_killed", "node_loss_to_exit_s"),
     ),
     (
-        re.compile(r"preempted run: SIGTERM after step (\d+); the run ended (\d+) s later"),
-        ("sigterm_after_step", "sigterm_to_exit_s"),
+        re.compile(r"ray job submit run \(resumed on 2 nodes after the node loss\), followed: (\d+) s"),
+        ("resumed_job_s",),
     ),
     (
-        re.compile(r"ray job submit run \(resumed on 2 nodes after the SIGTERM'd launch\), followed: (\d+) s"),
-        ("resumed_job_s",),
+        re.compile(r"slurm: SIGTERM after step (\d+); requeued (\d+) s later"),
+        ("sigterm_after_step", "sigterm_to_requeue_s"),
+    ),
+    (
+        re.compile(r"slurm: the requeued job resumed and finished in (\d+) s"),
+        ("requeued_job_s",),
     ),
 )
 IMPORT_REPEATS = 3  # `import verl, vllm` timed after the run, in .venv's Python (the record's import_verl_vllm_s)

@@ -376,7 +376,7 @@ def render_reward(files: list[Path], view: str | None, prefix: str) -> str:
 
 def render_ci_run(files: list[Path], view: str | None, prefix: str) -> str:
     """One row per recorded CI run; with the view ``modules``, the newest run's slowest modules; with
-    ``recovery``, what the newest run's 2-node test measured of a lost node and a preemption."""
+    ``recovery``, what the newest run's fault tests measured of a lost node and a preemption."""
     if view == "recovery":
         return render_recovery(files, prefix)
     if view == "modules":
@@ -429,19 +429,31 @@ def render_recovery(files: list[Path], prefix: str) -> str:
     path, d = recorded[-1]
     r = d["recovery"]
     rows = [
-        "| what the 2-node test did | measured |",
+        "| what the fault tests did | measured |",
         "|---|---|",
         f"| start the 2-node cluster (`scripts/launch/ray_cluster.sh head`, `worker`, `wait`) | {r['cluster_up_s']} "
         "s |",
         f"| kill the worker node's Ray processes after step 1's checkpoint ({r['processes_killed']} processes): the "
         f"driver names the node and exits 75 | {r['node_loss_to_exit_s']} s from the kill to the exit |",
-        f"| SIGTERM to the relaunch once step {r['sigterm_after_step']} was logged: the step is finished and "
-        f"checkpointed, exit 75 | {r['sigterm_to_exit_s']} s from the signal to the exit |",
-        "| the relaunch as a Ray job (`ray job submit`), followed to its end: it resumes after the stopped step and "
-        f"finishes the run | {r['resumed_job_s']} s |",
-        "",
-        f"{machine(d)}; in a whole CI run (`python3 scripts/record_ci_run.py`). File: {link(path, prefix)}.",
     ]
+    if "sigterm_to_requeue_s" in r:  # tests/e2e/test_slurm_cpu.py's (records from 2026-12-07 on)
+        rows += [
+            "| the relaunch as a Ray job (`ray job submit`), followed to its end: it resumes after the lost node's "
+            f"checkpoint and finishes the run | {r['resumed_job_s']} s |",
+            f"| SLURM: SIGTERM to the template's batch shell once step {r['sigterm_after_step']} was logged: the step "
+            "is finished and checkpointed, exit 75, Ray stopped, the job requeued | "
+            f"{r['sigterm_to_requeue_s']} s from the signal to the job back in the queue |",
+            "| SLURM: the requeued job, released at once, followed to its end: it resumes after the stopped step "
+            f"and finishes the run | {r['requeued_job_s']} s |",
+        ]
+    else:  # the 2-node test's own SIGTERM'd relaunch (records before 2026-12-07)
+        rows += [
+            f"| SIGTERM to the relaunch once step {r['sigterm_after_step']} was logged: the step is finished and "
+            f"checkpointed, exit 75 | {r['sigterm_to_exit_s']} s from the signal to the exit |",
+            "| the relaunch as a Ray job (`ray job submit`), followed to its end: it resumes after the stopped step "
+            f"and finishes the run | {r['resumed_job_s']} s |",
+        ]
+    rows += ["", f"{machine(d)}; in a whole CI run (`python3 scripts/record_ci_run.py`). File: {link(path, prefix)}."]
     return "\n".join(rows)
 
 

@@ -58,8 +58,10 @@ def test_the_two_parts_reports_add_up_in_the_order_they_ran(tmp_path):
 
 MULTI_NODE_STDERR = """2-node cluster up in 18 s
 first run: worker node lost after step 1's checkpoint (9 processes killed); the run ended 17 s later
-preempted run: SIGTERM after step 2; the run ended 10 s later
-ray job submit run (resumed on 2 nodes after the SIGTERM'd launch), followed: 83 s
+ray job submit run (resumed on 2 nodes after the node loss), followed: 83 s
+"""
+SLURM_STDERR = """slurm: SIGTERM after step 2; requeued 12 s later
+slurm: the requeued job resumed and finished in 41 s
 """
 
 
@@ -68,6 +70,8 @@ def test_the_two_node_tests_measurements_are_read_from_its_captured_stderr(tmp_p
         '<testcase classname="tests.dfpo.test_loss" name="test_d" time="0.5">',
         '<testcase classname="tests.e2e.test_multi_node_cpu" name="test_e" '
         f'time="9.0"><system-err>{MULTI_NODE_STDERR}</system-err></testcase>'
+        '<testcase classname="tests.e2e.test_slurm_cpu" name="test_f" '
+        f'time="9.0"><system-err>{SLURM_STDERR}</system-err></testcase>'
         '<testcase classname="tests.dfpo.test_loss" name="test_d" time="0.5">',
     )
     path = tmp_path / "junit.xml"
@@ -76,21 +80,24 @@ def test_the_two_node_tests_measurements_are_read_from_its_captured_stderr(tmp_p
         "cluster_up_s": 18,
         "processes_killed": 9,
         "node_loss_to_exit_s": 17,
-        "sigterm_after_step": 2,
-        "sigterm_to_exit_s": 10,
         "resumed_job_s": 83,
+        "sigterm_after_step": 2,
+        "sigterm_to_requeue_s": 12,
+        "requeued_job_s": 41,
     }
 
 
-def test_the_patterns_are_the_lines_the_two_node_test_prints():
-    """Each pattern matches what tests/e2e/test_multi_node_cpu.py's print calls to stderr write
-    (their f-strings, wrapped or not, with numbers in place): a reworded print would leave the
-    record without it."""
+def test_the_patterns_are_the_lines_the_fault_tests_print():
+    """Each pattern matches what the print calls to stderr of tests/e2e/test_multi_node_cpu.py and
+    tests/e2e/test_slurm_cpu.py write (their f-strings, wrapped or not, with numbers in place): a
+    reworded print would leave the record without it."""
     import ast
 
     from tests.script_modules import REPO_ROOT
 
-    source = (REPO_ROOT / "tests" / "e2e" / "test_multi_node_cpu.py").read_text()
+    source = "\n".join(
+        (REPO_ROOT / "tests" / "e2e" / name).read_text() for name in ("test_multi_node_cpu.py", "test_slurm_cpu.py")
+    )
 
     def text(node: ast.expr) -> str:  # a (joined) string, each replacement field as 7
         if isinstance(node, ast.Constant):
@@ -106,7 +113,7 @@ def test_the_patterns_are_the_lines_the_two_node_test_prints():
         and call.func.id == "print"
         and any(k.arg == "file" and ast.unparse(k.value) == "sys.stderr" for k in call.keywords)
     ]
-    assert len(printed) >= 3, printed
+    assert len(printed) >= 5, printed
     for pattern, _ in _record().RECOVERY_LINES:
         assert any(pattern.search(line) for line in printed), (pattern.pattern, printed)
     assert _record().recovery("nothing measured") == {}

@@ -17,6 +17,9 @@
 * :func:`forward_resource_log_dir`: ``dfpo.resource_log_dir`` (the resource meter's directory,
   :mod:`dfpo.operations.resource_meter`) reaches every Ray worker as ``DFPO_RESOURCE_LOG_DIR`` in the
   launch's runtime environment, as an absolute path (a worker's working directory is not the driver's).
+* :func:`continue_tracker_run`: with W&B among ``trainer.logger``, every launch of an experiment
+  logs to the experiment's one W&B run (``WANDB_RUN_ID``, ``WANDB_RESUME=allow``: verl 0.9.1 passes
+  no id to ``wandb.init``, so each requeued or relaunched attempt would start a new run, verl#2783).
 * :func:`prepare_example`: ``dfpo.example`` names one of dfpo's examples (the tiny model, the
   pretrained SmolLM2), whose model and task are written under ``dfpo.output_root`` once
   (``python -m cpu_examples.prepare``, run only when they are missing or stale).
@@ -120,6 +123,33 @@ def forward_resource_log_dir(config, say=print) -> str | None:
     OmegaConf.update(config, f"ray_kwargs.ray_init.runtime_env.env_vars.{LOG_DIR_ENV}", directory, force_add=True)
     say(f"dfpo: resource meter on: every Ray worker writes its phases' bytes, forward passes and RSS to {directory}")
     return directory
+
+
+def continue_tracker_run(config, environ: dict[str, str] | None = None, say=print) -> dict[str, str]:
+    """With ``wandb`` in ``trainer.logger``: set ``WANDB_RUN_ID`` (the launching shell's, else the
+    experiment's, :func:`dfpo.launch.run_identity.tracker_run_id`) and ``WANDB_RESUME`` (the shell's,
+    else ``allow``) in ``ray_kwargs.ray_init.runtime_env.env_vars``, where verl's ``Tracking`` runs
+    ``wandb.init``; returns them ({} without W&B). A run-management key: a resumed run compares none
+    of it (dfpo.launch.resume)."""
+    from dfpo.launch.run_identity import tracker_run_id
+
+    logger = config.trainer.logger
+    if "wandb" not in ([logger] if isinstance(logger, str) else list(logger)):
+        return {}
+    environ = os.environ if environ is None else environ
+    trainer = config.trainer
+    variables = {
+        "WANDB_RUN_ID": environ.get("WANDB_RUN_ID")
+        or tracker_run_id(str(trainer.project_name), str(trainer.experiment_name), str(trainer.default_local_dir)),
+        "WANDB_RESUME": environ.get("WANDB_RESUME") or "allow",
+    }
+    for name, value in variables.items():
+        OmegaConf.update(config, f"ray_kwargs.ray_init.runtime_env.env_vars.{name}", value, force_add=True)
+    say(
+        f"dfpo: W&B run {variables['WANDB_RUN_ID']} (resume {variables['WANDB_RESUME']}): every launch of this "
+        "experiment logs to it"
+    )
+    return variables
 
 
 def prepare_example(config) -> None:

@@ -56,3 +56,19 @@ def config_digest(
     for item in extra:
         add(item)
     return digest.hexdigest()
+
+
+def tracker_run_id(project_name: str, experiment_name: str, checkpoint_dir: str) -> str:
+    """The experiment tracker's run id of an experiment (W&B's ``WANDB_RUN_ID``): the same for every
+    launch that resumes it (a requeued SLURM job, a relaunch after a node loss), so that a resumed
+    run continues its tracker run instead of starting a new one (verl#2783). It is a function of the
+    project, the experiment name and the checkpoint folder (what ``resume_mode=auto`` resumes from);
+    W&B allows ``[A-Za-z0-9_-]``, at most 64 characters: the experiment name so cleaned and cut,
+    then 12 hex digits of the sha256 of all three."""
+    if not project_name or not experiment_name or not checkpoint_dir:
+        raise ValueError(
+            "tracker_run_id needs trainer.project_name, trainer.experiment_name and trainer.default_local_dir"
+        )
+    digest = hashlib.sha256("\0".join((project_name, experiment_name, checkpoint_dir)).encode()).hexdigest()[:12]
+    readable = re.sub(r"[^A-Za-z0-9_-]+", "-", experiment_name).strip("-")[:51]
+    return f"{readable}-{digest}" if readable else digest

@@ -12,6 +12,12 @@
   ``tensorboard`` package's event accumulator.
 
 When a resumed training run logs a step again, the last value logged for that step wins.
+
+The recipes give each launch of an experiment its own file log,
+``<log_dir>/<experiment>.<UTC launch time>.jsonl`` (verl's FileLogger truncates its file when it opens
+it, so one path per experiment would lose the launches before a resume). ``<log_dir>/<experiment>.jsonl``,
+which no launch writes, names the experiment's whole series: :func:`read_training_log` reads its
+launches in launch order as one log (:func:`launch_file_logs`).
 """
 
 from __future__ import annotations
@@ -159,10 +165,38 @@ def read_tensorboard(path: str | Path) -> TrainingLog:
     return _finalize(points)
 
 
+_LAUNCH_STAMP = r"\.\d{8}T\d{6}Z\.jsonl"  # the recipes' per-launch file log: <experiment>.<UTC time>.jsonl
+
+
+def launch_file_logs(path: str | Path) -> list[Path]:
+    """The per-launch file logs of the experiment ``<dir>/<experiment>.jsonl`` names, oldest first
+    (the stamps are UTC times, so their order is the launches'); [] when there are none."""
+    path = Path(path).expanduser()
+    stamped = re.compile(re.escape(path.name.removesuffix(".jsonl")) + _LAUNCH_STAMP + "$")
+    if not path.parent.is_dir():
+        return []
+    return sorted(candidate for candidate in path.parent.iterdir() if stamped.fullmatch(candidate.name))
+
+
+def read_launches(paths: list[Path]) -> TrainingLog:
+    """One series from an experiment's launches, in order: a step a later launch logged again (it
+    ran again after a launch that ended before that step's checkpoint) has the later launch's value."""
+    points: dict[str, dict[int, float]] = {}
+    for path in paths:
+        for key, series in read_file_log(path).items():
+            points.setdefault(key, {}).update(zip(series.steps.tolist(), series.values.tolist(), strict=True))
+    return _finalize(points)
+
+
 def read_training_log(path: str | Path) -> TrainingLog:
     """Read any of the three formats: a directory or event file is TensorBoard, ``*.jsonl`` the
-    file logger, anything else a console capture."""
+    file logger, anything else a console capture. ``<dir>/<experiment>.jsonl`` where only the
+    experiment's per-launch logs exist reads them all as one series (:func:`launch_file_logs`)."""
     path = Path(path).expanduser()
+    if not path.exists() and path.suffix == ".jsonl":
+        launches = launch_file_logs(path)
+        if launches:
+            return read_launches(launches)
     if not path.exists():
         raise FileNotFoundError(f"training log {path} does not exist")
     if path.is_dir() or path.name.startswith("events.out.tfevents"):

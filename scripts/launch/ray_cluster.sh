@@ -34,7 +34,8 @@
 # itself is never printed, never put in a process's arguments or environment (only the path is).
 #
 # Environment: PYTHON (default python3; the interpreter with dfpo installed), GPUS_PER_NODE (GPUs
-# this node offers; unset: Ray counts them), DFPO_RAY_NODE_IP (this node's address; unset: Ray
+# this node offers; unset: Ray counts them), CPUS_PER_NODE (CPUs this node offers; unset: the ones
+# this process may run on, `nproc`), DFPO_RAY_NODE_IP (this node's address; unset: Ray
 # picks it), DFPO_RAY_PORT (head's port, 6379), DFPO_RAY_DASHBOARD_PORT (8265),
 # DFPO_RAY_DASHBOARD_HOST (DFPO_RAY_NODE_IP, else 0.0.0.0), DFPO_RAY_DIR (this node's pid file and
 # `ray start` log; default /tmp/dfpo-ray-<uid>, node-local), DFPO_RAY_START_TIMEOUT_S (120),
@@ -188,10 +189,21 @@ start() {
     fi
     check_python
     check_sandbox
+    # SLURM's GRES sets both for the step's GPUs; verl's workers refuse both at once ("Please don't set
+    # ROCR_VISIBLE_DEVICES when HIP/CUDA_VISIBLE_DEVICES is set"), and HIP honours CUDA_VISIBLE_DEVICES
+    if [[ -n "${CUDA_VISIBLE_DEVICES:-}" && -n "${ROCR_VISIBLE_DEVICES:-}" ]]; then
+        note "CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES and ROCR_VISIBLE_DEVICES=$ROCR_VISIBLE_DEVICES both set (SLURM sets both): Ray starts with CUDA_VISIBLE_DEVICES only"
+        unset ROCR_VISIBLE_DEVICES
+    fi
     if [[ -n "${GPUS_PER_NODE:-}" ]]; then
         [[ "$GPUS_PER_NODE" =~ ^[0-9]+$ ]] || die "GPUS_PER_NODE must be a number of GPUs, got '$GPUS_PER_NODE'"
         extra+=("--num-gpus=$GPUS_PER_NODE")
     fi
+    # Ray counts the host's CPUs, not the ones this process may run on (ray-project/ray#28586): under
+    # a scheduler that binds this step to fewer, Ray would schedule more work than the node has
+    local cpus="${CPUS_PER_NODE:-$(nproc)}"
+    [[ "$cpus" =~ ^[1-9][0-9]*$ ]] || die "CPUS_PER_NODE must be a number of CPUs, got '$cpus'"
+    extra+=("--num-cpus=$cpus")
     [[ -z "$node_ip" ]] || extra+=("--node-ip-address=$node_ip")
     extra+=(--disable-usage-stats)
     if [[ "$role" == head ]]; then

@@ -14,15 +14,16 @@ verl (a probe, ``tests/e2e/process_probe/sitecustomize.py``, records each one), 
 shards of both ranks under the one ``OUTPUT_ROOT``; the worker node lost mid-run (every process of
 its Ray killed by process id after step 1's checkpoint): the run ends by itself within a bound,
 naming the node, with exit status 75 and the run's actors on the head ended too
-(:mod:`dfpo.operations.node_watch`); the node started again, the same command resuming at the step after the
-last complete checkpoint, and SIGTERM to it once that step is logged (as a scheduler's preemption
-or time limit sends it): the step in flight finished, its checkpoint saved though
-``trainer.save_freq`` would not have, exit status 75 within the grace (:mod:`dfpo.operations.preemption`);
-then the same recipe through ``ray job submit`` with the knobs in the job's runtime environment,
-followed to completion and resuming after the stopped step: over the three launches every step
-trained once, none lost and none repeated; the token never in a log, a process's arguments or environment, and
+(:mod:`dfpo.operations.node_watch`); the node started again, the same recipe through ``ray job
+submit`` with the knobs in the job's runtime environment, followed to completion and resuming at the
+step after the last complete checkpoint: over the two launches every step trained once, none lost
+and none repeated; the token never in a log, a process's arguments or environment, and
 both nodes stopped by the launcher with every process they started gone. Whatever is left at the end is
 ended by its process id (other Ray clusters on the machine are left alone).
+
+SIGTERM's path (a scheduler's time limit or preemption: the step in flight finished and saved, exit
+75, the relaunch resuming after it) is tests/e2e/test_slurm_cpu.py's, through the sbatch template
+under a real SLURM, which requeues the job; this module launched it once more before.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -64,9 +64,6 @@ STEPS = 4
 # watch ends the driver; gloo's own timeout would be 30 minutes
 NODE_WATCH_S = 2
 NODE_LOSS_EXIT_BOUND_S = 120
-# SIGTERM to the end of the driver: at most the rest of one step here (about 10-20 s) and one
-# checkpoint; dfpo.operations.preemption's grace (DFPO_PREEMPT_GRACE_S) is 300 s
-PREEMPT_EXIT_BOUND_S = 240
 NODE_PORTS = 8  # node manager, object manager, agent (2), runtime env agent, metrics, client server, spare
 WORKER_PORTS = 200  # each node's own worker port range
 
@@ -379,7 +376,7 @@ def first_run(cluster):
     """The recipe for 4 steps on both nodes, a checkpoint every step; once step 1 is logged and its
     checkpoint complete (verl's tracker says 1), the worker node is lost mid-run: every process of its Ray
     killed. The run must end on its own, saying which node, well before any collective times out.
-    Then the worker node is started again, as a user would, for the resume (``preempted_run``)."""
+    Then the worker node is started again, as a user would, for the resume (``job_run``)."""
     before = {actor["actor_id"] for actor in cluster.state("actors")}
     nodes = cluster.node_ids()
     tracker = cluster.output_root / "checkpoints" / "dfpo" / EXPERIMENT / "latest_checkpointed_iteration.txt"
@@ -442,10 +439,10 @@ def first_run(cluster):
 
 
 @pytest.fixture(scope="module")
-def job_run(cluster, preempted_run):
-    """The same experiment relaunched as a Ray job after the SIGTERM'd launch: the job submission,
-    and the resume on two nodes from the checkpoint that launch saved (one launch for both, to keep
-    CI's budget: each launch costs about 2-3 minutes here)."""
+def job_run(cluster, first_run):
+    """The same experiment relaunched as a Ray job after the node loss: the job submission, and the
+    resume on two nodes from the last complete checkpoint (one launch for both, to keep CI's budget:
+    each launch costs about 1-2 minutes here)."""
     before = {actor["actor_id"] for actor in cluster.state("actors")}
     logs_before = set(file_log_steps(cluster.output_root / "logs" / "dfpo"))
     submission_id = f"dfpo-multi-node-test-{os.getpid()}"
@@ -465,7 +462,7 @@ def job_run(cluster, preempted_run):
     )
     cluster.runs["job"] = followed
     print(
-        f"ray job submit run (resumed on 2 nodes after the SIGTERM'd launch), followed: {followed.seconds:.0f} s",
+        f"ray job submit run (resumed on 2 nodes after the node loss), followed: {followed.seconds:.0f} s",
         file=sys.stderr,
     )
     status = cluster.ray("job", "status", submission_id, RAY_ADDRESS=cluster.dashboard)
@@ -484,77 +481,6 @@ def job_run(cluster, preempted_run):
         if path not in logs_before
     }
     return followed, jobs, _new_actors(cluster, before), new_logs
-
-
-@dataclass
-class Preempted:
-    run: RecipeRun
-    logs: dict[Path, dict[int, dict]]  # the launch's own file log
-    signalled_after: int  # the last step logged when SIGTERM was sent
-    seconds_to_exit: float
-    actors: list[dict]
-    tracker_after: int  # verl's latest checkpointed step when the launch had ended
-
-
-@pytest.fixture(scope="module")
-def preempted_run(cluster, first_run):
-    """The same command after the node loss, with no checkpoint due before the last step
-    (SAVE_FREQ=100): it resumes at the step after the last complete checkpoint; SIGTERM to the
-    recipe's process (the driver: the recipe execs it) once that step is logged, as SLURM sends it
-    before a time limit or at preemption."""
-    log_dir = cluster.output_root / "logs" / "dfpo"
-    before_logs = set(file_log_steps(log_dir))
-    before = {actor["actor_id"] for actor in cluster.state("actors")}
-    env = _recipe_env(cluster, TOTAL_TRAINING_STEPS=str(STEPS), SAVE_FREQ="100", DFPO_NODE_WATCH_S=str(NODE_WATCH_S))
-    resumed_at = first_run.checkpoint_at_loss + 1
-    outcome: dict = {}
-    started = threading.Event()
-
-    def launch() -> None:
-        outcome["run"] = run_recipe(
-            RECIPE, env, timeout_s=RUN_TIMEOUT_S, on_start=lambda pid: (outcome.update(pid=pid), started.set())
-        )
-
-    launcher = threading.Thread(target=launch, daemon=True)
-    launcher.start()
-    assert started.wait(60), "the recipe did not start"
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-
-    def new_steps() -> list[int]:
-        return [
-            step
-            for path, steps in file_log_steps(log_dir).items()
-            if path not in before_logs
-            for step in _training_steps(steps)
-        ]
-
-    while resumed_at not in new_steps():
-        assert launcher.is_alive() and time.monotonic() < deadline, (
-            f"the run ended or stalled before step {resumed_at}: "
-            + (outcome["run"].tail() if "run" in outcome else "still running")
-        )
-        time.sleep(0.2)
-    signalled_after = max(new_steps())
-    os.kill(outcome["pid"], signal.SIGTERM)
-    signalled_at = time.monotonic()
-    launcher.join(timeout=PREEMPT_EXIT_BOUND_S + 30)
-    assert not launcher.is_alive(), f"the run did not end within {PREEMPT_EXIT_BOUND_S} s of SIGTERM"
-    seconds_to_exit = time.monotonic() - signalled_at
-    cluster.runs["preempted"] = outcome["run"]
-    print(
-        f"preempted run: SIGTERM after step {signalled_after}; the run ended {seconds_to_exit:.0f} s later",
-        file=sys.stderr,
-    )
-    logs = {path: steps for path, steps in file_log_steps(log_dir).items() if path not in before_logs}
-    tracker = cluster.output_root / "checkpoints" / "dfpo" / EXPERIMENT / "latest_checkpointed_iteration.txt"
-    return Preempted(
-        outcome["run"],
-        logs,
-        signalled_after,
-        seconds_to_exit,
-        _new_actors(cluster, before),
-        int(tracker.read_text().strip()),
-    )
 
 
 def test_both_nodes_join_with_one_logical_gpu_each(cluster):
@@ -623,27 +549,22 @@ def test_checkpoint_shards_of_both_ranks_under_the_shared_output_root(cluster, f
             )
 
 
-def test_each_relaunch_resumes_at_the_next_step_losing_and_repeating_none(cluster, first_run, preempted_run, job_run):
-    """After the node loss the same command resumes at the step after the last complete
-    checkpoint; after the SIGTERM'd launch the Ray job resumes after the step it saved; together the
-    three launches trained steps 1..4 once each."""
+def test_each_relaunch_resumes_at_the_next_step_losing_and_repeating_none(cluster, first_run, job_run):
+    """After the node loss the Ray job resumes at the step after the last complete checkpoint; the
+    two launches trained steps 1..4 once each."""
     followed, _, _, new_logs = job_run
     assert len(new_logs) == 1, sorted(map(str, new_logs))
     (lost,) = first_run.logs.values()
-    (stopped,) = preempted_run.logs.values()
     (finished,) = new_logs.values()
     done = first_run.checkpoint_at_loss
-    # the lost run logged exactly the steps its checkpoint holds; each relaunch trains on from there
+    # the lost run logged exactly the steps its checkpoint holds; the relaunch trains on from there
     assert _training_steps(lost) == list(range(1, done + 1)), first_run.run.tail()
-    stopped_steps = _training_steps(stopped)
-    assert stopped_steps and stopped_steps[0] == done + 1, (stopped_steps, preempted_run.run.tail())
-    assert _training_steps(finished) == list(range(stopped_steps[-1] + 1, STEPS + 1)), followed.tail()
-    assert _training_steps(lost) + stopped_steps + _training_steps(finished) == list(range(1, STEPS + 1))
+    assert _training_steps(finished) == list(range(done + 1, STEPS + 1)), followed.tail()
     experiment = cluster.output_root / "checkpoints" / "dfpo" / EXPERIMENT
     assert (experiment / "latest_checkpointed_iteration.txt").read_text().strip() == str(STEPS)
-    # each relaunch was compared with the config the first launch recorded (dfpo.launch.resume)
+    # the relaunch was compared with the config the first launch recorded (dfpo.launch.resume)
     assert (experiment / "dfpo_run_config.yaml").is_file()
-    assert "has no dfpo_run_config.yaml" not in preempted_run.run.output + followed.output
+    assert "has no dfpo_run_config.yaml" not in followed.output
     for rank in range(2):
         assert (experiment / f"global_step_{STEPS}" / "actor" / f"model_world_size_2_rank_{rank}.pt").is_file()
 
@@ -668,44 +589,6 @@ def test_ray_job_submit_runs_the_recipe_across_both_nodes_with_the_knobs(cluster
     assert [path.name.split(".")[0] for path in new_logs] == [EXPERIMENT], followed.tail()
     ranks = _rank_actors(actors)
     assert len(ranks) == 2 and {actor["node_id"] for actor in ranks} == set(cluster.node_ids().values()), ranks
-
-
-def test_sigterm_finishes_the_step_in_flight_checkpoints_it_and_exits_75(cluster, preempted_run):
-    """dfpo.operations.preemption through the recipe: the driver got SIGTERM after step S was logged; the
-    trainer finished the step it was in (S or S + 1), saved its checkpoint although save_freq would
-    not have, made it the last, and the driver said so and exited 75, well within the grace; the
-    run's actors on both nodes ended with it."""
-    from dfpo.launch.preflight import checkpoint_problem
-
-    run = preempted_run.run
-    assert run.returncode == 75, f"exit {run.returncode}:\n{run.tail()}"
-    assert preempted_run.seconds_to_exit < PREEMPT_EXIT_BOUND_S
-    (steps,) = preempted_run.logs.values()
-    trained = _training_steps(steps)
-    last = trained[-1]
-    assert last in (preempted_run.signalled_after, preempted_run.signalled_after + 1), (
-        trained,
-        preempted_run.signalled_after,
-    )
-    assert last < STEPS, "the run was not stopped early"
-    assert (
-        f"dfpo: stopped on SIGTERM after step {last}, its checkpoint saved; relaunch the same command to resume"
-        in run.output
-    ), run.tail()
-    experiment = cluster.output_root / "checkpoints" / "dfpo" / EXPERIMENT
-    assert preempted_run.tracker_after == last
-    assert (
-        checkpoint_problem(experiment / f"global_step_{last}") is None
-    )  # every rank's shards readable: a relaunch resumes there
-    # the run's actors on both nodes end with its driver
-    ids = {actor["actor_id"] for actor in preempted_run.actors}
-    assert _rank_actors(preempted_run.actors), "the run's ranks were not seen"
-    deadline = time.monotonic() + 60
-    while (
-        alive := [a for a in cluster.state("actors") if a["actor_id"] in ids and a["state"] != "DEAD"]
-    ) and time.monotonic() < deadline:
-        time.sleep(2)
-    assert not alive, [(a["class_name"], a["state"]) for a in alive]
 
 
 def _running(pid: int) -> bool:

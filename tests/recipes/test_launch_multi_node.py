@@ -226,9 +226,10 @@ def test_launcher_starts_ray_in_its_own_session_and_stops_only_that(tmp_path):
         pid = int((tmp_path / "node" / "ray.pid").read_text())
         assert os.getsid(pid) == pid  # its own session: a closed terminal does not end it
         call = (tmp_path / "calls.txt").read_text()
+        # Ray's CPUs: those this process may run on (nproc), the user's --num-cpus after them winning
         assert call.startswith(
             "start --head --port=7000 --dashboard-host=10.0.0.1 --dashboard-port=8265 --num-gpus=2 "
-            "--node-ip-address=10.0.0.1"
+            f"--num-cpus={len(os.sched_getaffinity(0))} --node-ip-address=10.0.0.1"
         )
         assert (
             "--num-cpus=4 --block" in call
@@ -246,6 +247,40 @@ def test_launcher_starts_ray_in_its_own_session_and_stops_only_that(tmp_path):
         bystander.wait()
 
 
+def _recorded_start(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    """``ray_cluster.sh head`` with a stand-in ray that records its arguments and GPU variables."""
+    _stand_in(
+        tmp_path,
+        "ray",
+        'echo "$* CUDA=${CUDA_VISIBLE_DEVICES-unset} ROCR=${ROCR_VISIBLE_DEVICES-unset}" >> "$HOME/calls.txt"\n'
+        'echo "Ray runtime started."\ntrap "exit 0" TERM\nwhile true; do sleep 0.1; done\n',
+    )
+    started = _launcher(["head"], tmp_path, **env)
+    _launcher(["stop"], tmp_path)
+    return started
+
+
+def test_launcher_gives_ray_the_cpus_per_node_asked_and_refuses_a_bad_count(tmp_path):
+    started = _recorded_start(tmp_path, CPUS_PER_NODE="16")
+    assert started.returncode == 0, started.stderr
+    assert "--num-cpus=16 " in (tmp_path / "calls.txt").read_text()
+    (tmp_path / "calls.txt").unlink()
+    refused = _recorded_start(tmp_path, CPUS_PER_NODE="all")
+    assert refused.returncode == 1 and "CPUS_PER_NODE must be a number of CPUs, got 'all'" in refused.stderr
+    assert not (tmp_path / "calls.txt").exists()
+
+
+def test_launcher_starts_ray_without_slurms_rocr_visible_devices_beside_cuda_visible_devices(tmp_path):
+    """SLURM's GRES sets both; verl's workers refuse both at once."""
+    started = _recorded_start(tmp_path, CUDA_VISIBLE_DEVICES="0,1", ROCR_VISIBLE_DEVICES="0,1")
+    assert started.returncode == 0, started.stderr
+    assert "CUDA=0,1 ROCR=unset" in (tmp_path / "calls.txt").read_text()
+    assert "Ray starts with CUDA_VISIBLE_DEVICES only" in started.stderr
+    (tmp_path / "calls.txt").unlink()
+    alone = _recorded_start(tmp_path, ROCR_VISIBLE_DEVICES="0,1")  # an AMD node's only variable: kept
+    assert alone.returncode == 0 and "CUDA=unset ROCR=0,1" in (tmp_path / "calls.txt").read_text()
+
+
 def test_launcher_reports_a_node_that_does_not_come_up(tmp_path):
     _token(tmp_path)
     _stand_in(tmp_path, "ray", 'echo "could not connect to 10.0.0.1:6379" >&2\nexit 1\n')
@@ -256,12 +291,16 @@ def test_launcher_reports_a_node_that_does_not_come_up(tmp_path):
 
 def _slurm_stand_ins(tmp_path: Path, log: Path) -> dict[str, str]:
     """scontrol, srun and ray stand-ins for a 3-node allocation; the environment sbatch gives."""
-    _stand_in(tmp_path, "scontrol", 'printf "gpu-a\\ngpu-b\\ngpu-c\\n"\n')
+    _stand_in(
+        tmp_path,
+        "scontrol",
+        f'if [[ "$1" == requeue ]]; then echo "scontrol $*" >> {log}; exit 0; fi\nprintf "gpu-a\\ngpu-b\\ngpu-c\\n"\n',
+    )
     _stand_in(
         tmp_path,
         "srun",
         f'echo "srun $*" >> {log}\n'
-        'while [[ "$1" == -* ]]; do if [[ "$1" == -w ]]; then node="$2"; shift; fi; shift; done\n'
+        'while [[ "$1" == -* ]]; do case "$1" in -w) node="$2"; shift ;; -c) shift ;; esac; shift; done\n'
         'if [[ "$1" == hostname ]]; then echo 10.0.0.1; exit 0; fi\n'
         f'DFPO_RAY_DIR={tmp_path}/ray-$node FAKE_NODE="$node" exec "$@"\n',
     )
@@ -277,7 +316,9 @@ def _slurm_stand_ins(tmp_path: Path, log: Path) -> dict[str, str]:
         "PATH": f"{tmp_path}:/usr/bin:/bin",
         "HOME": str(tmp_path),
         "RAY": str(tmp_path / "ray"),
+        "SLURM_JOB_ID": "4242",
         "SLURM_JOB_NODELIST": "gpu-[a-c]",
+        "SLURM_JOB_CPUS_PER_NODE": "96(x2),64",  # two nodes of 96 CPUs, one of 64
         "SLURM_GPUS_ON_NODE": "8",
         "SLURM_SUBMIT_DIR": str(REPO_ROOT),
         "DFPO_RAY_POLL_S": "0.2",
@@ -308,7 +349,7 @@ def test_slurm_script_starts_the_launcher_on_every_node_then_the_recipe_on_the_h
     starts = [c for c in calls if c.startswith("ray start")]
     assert starts[0].startswith(
         "ray start --head --port=6379 --dashboard-host=10.0.0.1 --dashboard-port=8265 --num-gpus=8 "
-        "--node-ip-address=10.0.0.1"
+        f"--num-cpus={len(os.sched_getaffinity(0))} --node-ip-address=10.0.0.1"  # the stand-in srun binds nothing
     )
     assert starts[0].endswith("--block on gpu-a auth=token token_env=")
     workers = starts[1:]
@@ -327,6 +368,10 @@ def test_slurm_script_starts_the_launcher_on_every_node_then_the_recipe_on_the_h
     assert all(start in before for start in starts), "the recipe ran before every node had started"
     assert any(c.startswith("ray status --address=10.0.0.1:6379") for c in before)
     assert token_file.read_text() not in log.read_text() + result.stderr + result.stdout
+    # every step asks for the CPUs of the smallest node (SLURM_EXACT would give a step without -c one)
+    sruns = [c for c in calls if c.startswith("srun ")]
+    assert len(sruns) == 5 and all(" -c 64 " in c for c in sruns), sruns
+    assert not any(c.startswith("scontrol requeue") for c in calls)  # exit 0: nothing to requeue
 
 
 def test_slurm_passes_its_sigterm_to_the_recipe_and_exits_with_its_status(tmp_path):
@@ -359,9 +404,35 @@ def test_slurm_passes_its_sigterm_to_the_recipe_and_exits_with_its_status(tmp_pa
     finally:
         job.kill()
     assert job.returncode == 75, stderr
-    assert log.read_text().splitlines()[-1] == "recipe got TERM"
+    assert log.read_text().splitlines()[-2:] == ["recipe got TERM", "scontrol requeue 4242"]
+    assert "requeueing job 4242 (requeue 1 of at most 20)" in stderr
     text = (LAUNCH / "slurm_dfpo.sbatch").read_text()
-    assert "#SBATCH --signal=B:TERM@360" in text
+    assert "#SBATCH --signal=B:TERM@360" in text and "#SBATCH --requeue" in text
+
+
+@pytest.mark.parametrize(
+    ("knobs", "said"),
+    [
+        ({"DFPO_SLURM_REQUEUE": "0"}, None),
+        ({"SLURM_RESTART_COUNT": "3", "DFPO_SLURM_MAX_REQUEUES": "3"}, "after 3 requeues (DFPO_SLURM_MAX_REQUEUES)"),
+    ],
+)
+def test_slurm_exit_75_is_not_requeued_when_turned_off_or_past_the_bound(tmp_path, knobs, said):
+    log = tmp_path / "calls.txt"
+    env = {**_slurm_stand_ins(tmp_path, log), **knobs}
+    recipe = tmp_path / "recipe.sh"
+    recipe.write_text("exit 75\n")
+    result = subprocess.run(
+        ["bash", str(LAUNCH / "slurm_dfpo.sbatch"), str(recipe)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 75, result.stderr
+    assert "scontrol requeue" not in log.read_text()
+    assert said is None or said in result.stderr
 
 
 def test_launch_scripts_parse_are_shellcheck_clean_and_hold_no_cluster_paths():

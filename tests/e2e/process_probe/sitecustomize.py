@@ -9,6 +9,11 @@ process, its Ray node and job (for Ray workers), ``VERL_PLATFORM``, and whether 
 loaded, its ``dfpo`` loss registered in verl and its CPU backend activated. Processes that never
 import verl write nothing. Nothing else is changed; another ``sitecustomize`` on ``sys.path`` is
 still run.
+
+With ``DFPO_PROCESS_PROBE_START=1`` as well (tests/e2e/test_slurm_cpu.py), every Python process also
+writes ``start-<pid>.json`` as it starts, before anything it runs could change it: the CPUs it may
+run on (``os.sched_getaffinity``), ``CUDA_VISIBLE_DEVICES`` and the SLURM job, step and restart
+count it runs in.
 """
 
 from __future__ import annotations
@@ -90,8 +95,31 @@ class _AfterVerlImport(importlib.abc.MetaPathFinder):
         return spec
 
 
+def _record_start() -> None:
+    record = {
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "argv": sys.argv,
+        "cpus": sorted(os.sched_getaffinity(0)),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "rocr_visible_devices": os.environ.get("ROCR_VISIBLE_DEVICES"),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        "slurm_step_id": os.environ.get("SLURM_STEP_ID"),
+        "slurm_restart_count": os.environ.get("SLURM_RESTART_COUNT", "0"),
+    }
+    path = os.path.join(_RECORDS, f"start-{os.getpid()}.json")
+    with open(path + ".tmp", "w") as handle:
+        json.dump(record, handle)
+    os.replace(path + ".tmp", path)
+
+
 if _RECORDS and os.path.isdir(_RECORDS):
     sys.meta_path.insert(0, _AfterVerlImport())
+    if os.environ.get("DFPO_PROCESS_PROBE_START") == "1":
+        try:
+            _record_start()
+        except Exception as error:  # never break the process under test
+            print(f"dfpo process probe: no start record: {error!r}", file=sys.stderr)
 
 
 def _run_next_sitecustomize() -> None:
