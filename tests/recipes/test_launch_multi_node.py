@@ -325,6 +325,18 @@ def _slurm_stand_ins(tmp_path: Path, log: Path) -> dict[str, str]:
     }
 
 
+def _run_template(recipe: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    """``bash slurm_dfpo.sbatch RECIPE ARGS...`` as sbatch would run it, with the stand-ins of ``env``."""
+    return subprocess.run(
+        ["bash", str(LAUNCH / "slurm_dfpo.sbatch"), str(recipe), *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def test_slurm_script_starts_the_launcher_on_every_node_then_the_recipe_on_the_head(tmp_path):
     """The node roles with the SLURM variables of a 3-node allocation: srun runs each step here,
     with a stand-in `ray` whose `status` lists the nodes started so far."""
@@ -336,14 +348,7 @@ def test_slurm_script_starts_the_launcher_on_every_node_then_the_recipe_on_the_h
         "RAY_AUTH_MODE=$RAY_AUTH_MODE "
         f'RAY_AUTH_TOKEN_PATH=$RAY_AUTH_TOKEN_PATH $*" >> {log}\n'
     )
-    result = subprocess.run(
-        ["bash", str(LAUNCH / "slurm_dfpo.sbatch"), str(recipe), "trainer.save_freq=5"],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = _run_template(recipe, env, "trainer.save_freq=5")
     assert result.returncode == 0, result.stderr
     calls = log.read_text().splitlines()
     starts = [c for c in calls if c.startswith("ray start")]
@@ -422,14 +427,7 @@ def test_slurm_exit_75_is_not_requeued_when_turned_off_or_past_the_bound(tmp_pat
     env = {**_slurm_stand_ins(tmp_path, log), **knobs}
     recipe = tmp_path / "recipe.sh"
     recipe.write_text("exit 75\n")
-    result = subprocess.run(
-        ["bash", str(LAUNCH / "slurm_dfpo.sbatch"), str(recipe)],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = _run_template(recipe, env)
     assert result.returncode == 75, result.stderr
     assert "scontrol requeue" not in log.read_text()
     assert said is None or said in result.stderr
@@ -552,14 +550,7 @@ def test_slurm_stops_before_any_ray_when_a_gpu_node_lacks_the_strong_sandbox(tmp
     recipe = tmp_path / "recipe.sh"
     recipe.write_text(f'echo "recipe ran" >> {log}\n')
     env.update(PATH=f"{tmp_path}:{weak_node_path}", PYTHON=sys.executable)
-    result = subprocess.run(
-        ["bash", str(LAUNCH / "slurm_dfpo.sbatch"), str(recipe)],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = _run_template(recipe, env)
     assert result.returncode == 1
     assert f"node {socket.gethostname()}: the code-reward sandbox is not strong here" in result.stderr
     assert "the code-reward sandbox check failed on a node named above: nothing was started" in result.stderr
