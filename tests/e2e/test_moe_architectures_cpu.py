@@ -56,33 +56,44 @@ PROBE = ("actor_rollout_ref.actor.policy_loss.dfpo_measure_update_kl=true",)
 
 
 @pytest.fixture(scope="module")
-def output_roots(tmp_path_factory) -> dict[str, Path]:
-    """Each model's OUTPUT_ROOT with its model and data built (``python -m cpu_examples.prepare``, as the
-    launch would), both at once: each warm start runs on one thread, so on 2 cores the two builds
-    overlap (about 35 s for Qwen3-Next's torch Gated DeltaNet, 12 s for GPT-OSS, one after the other)."""
-    roots = {model: tmp_path_factory.mktemp(model) for model in MODELS}
-    builds = [
-        subprocess.Popen(
-            [sys.executable, "-m", "cpu_examples.prepare", "--model", model, "--output-root", str(root)],
-            cwd=REPO_ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for model, root in roots.items()
-    ]
-    for build in builds:
-        _, errors = build.communicate(timeout=600)
-        assert build.returncode == 0, errors[-4000:]
-    return roots
+def model_builds(tmp_path_factory):
+    """Each model's build (``python -m cpu_examples.prepare``, as the launch would) started at once, in
+    the background: each warm start runs on one thread (about 35 s for Qwen3-Next's torch Gated
+    DeltaNet, 12 s for GPT-OSS, one after the other), so on 2 cores the two overlap, and Qwen3-Next's
+    goes on beside the start-up of GPT-OSS's launch (Ray, the workers: one busy core at a time),
+    which waits for its own model only. model -> (OUTPUT_ROOT, the build's process, its stderr file)."""
+    builds = {}
+    for model in MODELS:
+        root = tmp_path_factory.mktemp(model)
+        errors = root.parent / f"{root.name}.prepare.stderr"
+        with errors.open("w") as stderr:  # a file, not a pipe: nothing reads it while the other run goes
+            process = subprocess.Popen(
+                [sys.executable, "-m", "cpu_examples.prepare", "--model", model, "--output-root", str(root)],
+                cwd=REPO_ROOT,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+            )
+        builds[model] = (root, process, errors)
+    yield builds
+    for _, process, _ in builds.values():  # a build left running by a failed test
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def _built(model_builds, model: str) -> Path:
+    """``model``'s OUTPUT_ROOT once its build has finished (a launch would otherwise build it again)."""
+    root, process, errors = model_builds[model]
+    assert process.wait(timeout=600) == 0, errors.read_text()[-4000:]
+    return root
 
 
 @pytest.fixture(scope="module", params=sorted(MODELS))
-def moe_run(request, output_roots):
+def moe_run(request, model_builds):
     """(model, the run, the output root, its file log path, its steps' metrics), one launch per model."""
     model = request.param
     recipe, _ = MODELS[model]
-    output_root = output_roots[model]
+    output_root = _built(model_builds, model)
     env = {
         "OUTPUT_ROOT": str(output_root),
         "TOTAL_TRAINING_STEPS": str(STEPS),
