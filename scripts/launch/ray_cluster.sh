@@ -215,10 +215,24 @@ start() {
         extra=("--address=$role" "${extra[@]}")
     fi
     local cmd=("${ray[@]}" start "${extra[@]}" "${args[@]}" --block)
+    remember_address "$role" "${args[@]}"
     if ((block)); then
-        echo "$$" >"$pid_file"
         note "starting Ray ($([[ $role == head ]] && echo head || echo "worker of $role")) in the foreground: ${cmd[*]}"
-        exec "${cmd[@]}"
+        # in a session of its own, as in the background: what Ray leaves behind is found by it
+        setsid "${cmd[@]}" &
+        pid=$!
+        echo "$pid" >"$pid_file"
+        # a SIGTERM to this script (or `ray_cluster.sh stop`'s to ray start) stops the node; then what
+        # is left of its session ends, and the address it left for ray.init() on this machine is forgotten
+        trap 'kill -TERM "$pid" 2>/dev/null || true' TERM INT HUP
+        local status=0
+        while kill -0 "$pid" 2>/dev/null; do
+            wait "$pid" && status=0 || status=$?
+        done
+        end_session "$pid"
+        forget_address
+        rm -f "$pid_file"
+        exit "$status"
     fi
     : >"$log_file"
     chmod 600 "$log_file"
@@ -281,6 +295,51 @@ wait_nodes() {
     note "$live node(s) in the Ray cluster at $address"
 }
 
+# remember_address ROLE [ray start options...]: where `ray start` will write the address that a
+# plain ray.init() on this machine then joins (<temp dir>/ray_current_cluster, --temp-dir or
+# $RAY_TMPDIR/ray or /tmp/ray), and which address it will be (the head's port, the head a worker
+# joins); Ray removes that file only in `ray stop`, never when a node ends otherwise.
+remember_address() {
+    local role="$1" temp_dir="${RAY_TMPDIR:-/tmp}/ray" arg
+    shift
+    for arg in "$@"; do
+        [[ "$arg" != --temp-dir=* ]] || temp_dir="${arg#--temp-dir=}"
+    done
+    if [[ "$role" == head ]]; then
+        printf '%s\n%s\n' "$temp_dir/ray_current_cluster" "*:$port" >"$state_dir/address"
+    else
+        printf '%s\n%s\n' "$temp_dir/ray_current_cluster" "$role" >"$state_dir/address"
+    fi
+}
+
+# forget_address: once this node's Ray has stopped, remove the address file it left if it still names
+# this node's cluster: else a later plain ray.init() on this machine (the next job's driver, a test)
+# would try to join the stopped cluster instead of starting its own
+forget_address() {
+    local file pattern content
+    [[ -f "$state_dir/address" ]] || return 0
+    { read -r file && read -r pattern; } <"$state_dir/address" || true
+    rm -f "$state_dir/address"
+    [[ -n "${file:-}" && -f "$file" ]] || return 0
+    content="$(<"$file")"
+    # shellcheck disable=SC2053  # the pattern is a glob on purpose (the head's address: any host, its port)
+    if [[ "$content" == $pattern ]]; then
+        rm -f "$file"
+        note "removed $file (it named the stopped cluster $content)"
+    fi
+}
+
+# end_session PID: anything left in the session the launcher gave `ray start` (its process group id
+# is its pid), such as the dashboard's forkserver, which outlives a stopped node
+end_session() {
+    local left
+    left="$(pgrep -g "$1" 2>/dev/null | tr '\n' ' ' || true)"
+    if [[ -n "${left// /}" ]]; then
+        # shellcheck disable=SC2086  # a list of process ids
+        kill -KILL $left 2>/dev/null || true
+    fi
+}
+
 # stop_node: SIGTERM to the recorded `ray start --block` (Ray then ends this node's raylet, GCS,
 # dashboard and workers itself), SIGKILL to its process group past DFPO_RAY_STOP_TIMEOUT_S.
 stop_node() {
@@ -299,14 +358,9 @@ stop_node() {
         note "Ray (pid $pid) did not stop within ${DFPO_RAY_STOP_TIMEOUT_S:-90} s; killing its process group"
         kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
     fi
-    # anything left in the session the launcher gave it (its process group id is its pid)
-    local left
-    left="$(pgrep -g "$pid" 2>/dev/null | tr '\n' ' ' || true)"
-    if [[ -n "${left// /}" ]]; then
-        # shellcheck disable=SC2086  # a list of process ids
-        kill -KILL $left 2>/dev/null || true
-    fi
+    end_session "$pid"
     rm -f "$pid_file"
+    forget_address
     note "stopped Ray (pid $pid)"
 }
 

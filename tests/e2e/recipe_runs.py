@@ -69,7 +69,10 @@ def run_command(
     status and combined output (``on_start(pid)`` once it runs). Raises ``TimeoutError`` (with the
     output's tail) past ``timeout_s``."""
     script = " ".join(argv[:2])
-    environment = {**os.environ, "PYTHON": sys.executable, "PYTHONUNBUFFERED": "1", **env}
+    # RAY_ADDRESS=local: a Ray of the run's own unless ``env`` names a cluster. Without it, ray.init()
+    # joins the cluster /tmp/ray/ray_current_cluster names (the last `ray start` on the machine, even
+    # one that has stopped)
+    environment = {**os.environ, "PYTHON": sys.executable, "PYTHONUNBUFFERED": "1", "RAY_ADDRESS": "local", **env}
     started = time.monotonic()
     process = subprocess.Popen(
         argv,

@@ -62,6 +62,8 @@ STEPS = 3
 START_TIMEOUT_S = 300  # submission to step 1 logged (Ray, verl's trainer, 2 ranks on 2 cores)
 STOP_BOUND_S = 240  # SIGTERM to the job requeued: the rest of one step, its checkpoint, Ray's stop
 FINISH_TIMEOUT_S = 420
+# where `ray start` (default temp dir) leaves the address a plain ray.init() on this machine joins
+RAY_ADDRESS_FILE = Path("/tmp/ray/ray_current_cluster")
 
 
 def _free_port() -> int:
@@ -145,6 +147,8 @@ class RequeuedRun:
     logs: dict[Path, dict[int, dict]]
     records: list[dict]
     left_after: list[str]
+    ray_port: str
+    address_after: str | None  # what the default ray_current_cluster said once the job had ended
 
     @property
     def experiment_dir(self) -> Path:
@@ -251,6 +255,8 @@ def requeued(slurm, tiny_example, tmp_path_factory):
             file_log_steps(log_dir),
             _records(records, job_id),
             left_after + _job_processes(job_id),
+            env["DFPO_RAY_PORT"],
+            RAY_ADDRESS_FILE.read_text().strip() if RAY_ADDRESS_FILE.exists() else None,
         )
     finally:
         if not slurm.stopped and slurm.job(job_id).get("JobState") not in (None, "COMPLETED", "FAILED", "CANCELLED"):
@@ -323,6 +329,15 @@ def test_both_ranks_checkpoints(requeued):
     shards = sorted(path.name for path in step.glob("model_world_size_2_rank_*.pt"))
     assert shards == ["model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"]
     assert requeued.left_after == [], f"processes of the job left running: {requeued.left_after}"
+
+
+def test_the_jobs_ray_leaves_no_address_for_a_later_ray_init_to_join(requeued):
+    """`ray start` writes /tmp/ray/ray_current_cluster and only `ray stop` removes it: a plain
+    ray.init() on the node afterwards (the next job's driver, the next test) would join the stopped
+    cluster. The launcher forgets it when its node stops."""
+    assert requeued.address_after is None or not requeued.address_after.endswith(f":{requeued.ray_port}"), (
+        requeued.address_after
+    )
 
 
 PROBE_RECIPE = """#!/usr/bin/env bash

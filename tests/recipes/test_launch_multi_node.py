@@ -281,6 +281,27 @@ def test_launcher_starts_ray_without_slurms_rocr_visible_devices_beside_cuda_vis
     assert alone.returncode == 0 and "CUDA=unset ROCR=0,1" in (tmp_path / "calls.txt").read_text()
 
 
+@pytest.mark.parametrize(("written", "kept"), [("10.0.0.1:7000", False), ("10.0.0.9:6379", True)])
+def test_stop_forgets_the_address_ray_left_for_ray_init_only_if_it_names_this_node(tmp_path, written, kept):
+    """`ray start` writes <temp dir>/ray_current_cluster, which a plain ray.init() on the machine joins;
+    only `ray stop` removes it. The launcher removes it when its node stops, unless another cluster
+    started since (its address, not this head's port, in the file)."""
+    address_file = tmp_path / "raytmp" / "ray" / "ray_current_cluster"
+    _stand_in(
+        tmp_path,
+        "ray",
+        f'mkdir -p {address_file.parent}; echo -n "{written}" > {address_file}\n'
+        'echo "Ray runtime started."\ntrap "exit 0" TERM\nwhile true; do sleep 0.1; done\n',
+    )
+    env = {"RAY_TMPDIR": str(tmp_path / "raytmp"), "DFPO_RAY_PORT": "7000", "DFPO_RAY_NODE_IP": "10.0.0.1"}
+    assert _launcher(["head"], tmp_path, **env).returncode == 0
+    assert address_file.exists()
+    stopped = _launcher(["stop"], tmp_path, **env)
+    assert stopped.returncode == 0, stopped.stderr
+    assert address_file.exists() == kept
+    assert kept or f"removed {address_file} (it named the stopped cluster 10.0.0.1:7000)" in stopped.stderr
+
+
 def test_launcher_reports_a_node_that_does_not_come_up(tmp_path):
     _token(tmp_path)
     _stand_in(tmp_path, "ray", 'echo "could not connect to 10.0.0.1:6379" >&2\nexit 1\n')
@@ -374,8 +395,12 @@ def test_slurm_script_starts_the_launcher_on_every_node_then_the_recipe_on_the_h
     assert any(c.startswith("ray status --address=10.0.0.1:6379") for c in before)
     assert token_file.read_text() not in log.read_text() + result.stderr + result.stdout
     # every step asks for the CPUs of the smallest node (SLURM_EXACT would give a step without -c one)
-    sruns = [c for c in calls if c.startswith("srun ")]
+    sruns = [c for c in calls if c.startswith("srun ") and not c.startswith("srun --overlap")]
     assert len(sruns) == 5 and all(" -c 64 " in c for c in sruns), sruns
+    # at the end every node's launcher stops its Ray, in a step beside the Ray steps (which end then)
+    assert calls[-1] == (
+        f"srun --overlap --nodes=3 --ntasks=3 --ntasks-per-node=1 bash {REPO_ROOT}/scripts/launch/ray_cluster.sh stop"
+    )
     assert not any(c.startswith("scontrol requeue") for c in calls)  # exit 0: nothing to requeue
 
 
@@ -409,7 +434,13 @@ def test_slurm_passes_its_sigterm_to_the_recipe_and_exits_with_its_status(tmp_pa
     finally:
         job.kill()
     assert job.returncode == 75, stderr
-    assert log.read_text().splitlines()[-2:] == ["recipe got TERM", "scontrol requeue 4242"]
+    calls = log.read_text().splitlines()
+    # the recipe stopped, then every node's Ray by its launcher (one overlapping step), then the requeue
+    assert calls[-3:] == [
+        "recipe got TERM",
+        f"srun --overlap --nodes=3 --ntasks=3 --ntasks-per-node=1 bash {REPO_ROOT}/scripts/launch/ray_cluster.sh stop",
+        "scontrol requeue 4242",
+    ], calls
     assert "requeueing job 4242 (requeue 1 of at most 20)" in stderr
     text = (LAUNCH / "slurm_dfpo.sbatch").read_text()
     assert "#SBATCH --signal=B:TERM@360" in text and "#SBATCH --requeue" in text
