@@ -123,7 +123,9 @@ def _run_phases(rank: int, log_dir: str) -> dict:
         with meter.phase("weight_sync"):
             for tensor in model.state_dict().values():
                 if isinstance(tensor, DTensor):
-                    tensor.full_tensor()
+                    # waited (its value used): an async collective left pending when the gloo group is
+                    # torn down can abort the rank at exit (test_resource_meter's flake in CI)
+                    tensor.full_tensor().sum().item()
         meter.uninstall()
         record = {phase: use.as_record()["bytes"] for phase, use in meter.totals.items()}
         answer[name] = {"bytes": record, "groups": groups, "built_rss": rss_built - rss_before}
@@ -138,6 +140,7 @@ def _rank_main(rank: int, init_file: str, log_dir: str, out_dir: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
     try:
         answer = _run_phases(rank, log_dir)
+        dist.barrier()  # no rank tears its group down while the other still runs a collective
     finally:
         dist.destroy_process_group()
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as handle:
