@@ -43,7 +43,8 @@ def missing_binaries() -> list[str]:
     return [path for path in (*DAEMONS, "/usr/bin/sbatch", "/usr/bin/scontrol") if not os.access(path, os.X_OK)]
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports free on 127.0.0.1 now."""
     sockets, ports = [], []
     try:
         for _ in range(count):
@@ -88,7 +89,7 @@ class SlurmCluster:
             device = self.root / "dev" / f"nvidia{index}"
             if not device.exists():
                 os.mknod(device, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
-        controller_port, node_port = _free_ports(2)
+        controller_port, node_port = free_ports(2)
         root = self.root
         self.conf.write_text(
             "\n".join(

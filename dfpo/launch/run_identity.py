@@ -25,8 +25,9 @@ import re
 from collections.abc import Iterable
 
 from dfpo.launch import CONFIG_DIR
+from dfpo.operations.training_logs import LAUNCH_STAMP
 
-_LAUNCH_TIME = re.compile(r"\.\d{8}T\d{6}Z\.jsonl")  # the recipes' file log: <name>.<UTC time>.jsonl (dfpo_launch_time)
+_LAUNCH_TIME = re.compile(LAUNCH_STAMP)  # the recipes' file log: <name>.<UTC time>.jsonl (dfpo_launch_time)
 _NAME = "<experiment>"
 _OUTPUT_ROOT = "<output root>"
 

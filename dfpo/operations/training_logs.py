@@ -165,14 +165,14 @@ def read_tensorboard(path: str | Path) -> TrainingLog:
     return _finalize(points)
 
 
-_LAUNCH_STAMP = r"\.\d{8}T\d{6}Z\.jsonl"  # the recipes' per-launch file log: <experiment>.<UTC time>.jsonl
+LAUNCH_STAMP = r"\.\d{8}T\d{6}Z\.jsonl"  # the recipes' per-launch file log: <experiment>.<UTC time>.jsonl
 
 
 def launch_file_logs(path: str | Path) -> list[Path]:
     """The per-launch file logs of the experiment ``<dir>/<experiment>.jsonl`` names, oldest first
     (the stamps are UTC times, so their order is the launches'); [] when there are none."""
     path = Path(path).expanduser()
-    stamped = re.compile(re.escape(path.name.removesuffix(".jsonl")) + _LAUNCH_STAMP + "$")
+    stamped = re.compile(re.escape(path.name.removesuffix(".jsonl")) + LAUNCH_STAMP + "$")
     if not path.parent.is_dir():
         return []
     return sorted(candidate for candidate in path.parent.iterdir() if stamped.fullmatch(candidate.name))

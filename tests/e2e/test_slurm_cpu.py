@@ -34,7 +34,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import sys
 import tempfile
 import time
@@ -47,7 +46,7 @@ import pytest
 from dfpo.launch.run_identity import tracker_run_id
 from dfpo.operations.training_logs import read_training_log
 from tests.e2e.recipe_runs import REPO_ROOT, file_log_steps
-from tests.slurm_cluster import GPUS, SlurmCluster
+from tests.slurm_cluster import GPUS, SlurmCluster, free_ports
 
 pytestmark = [
     pytest.mark.slow,
@@ -66,15 +65,10 @@ FINISH_TIMEOUT_S = 420
 RAY_ADDRESS_FILE = Path("/tmp/ray/ray_current_cluster")
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _job_env(root: Path, records: Path, **knobs: str) -> dict[str, str]:
     """The submitting shell's environment (sbatch exports it to the job) with the recipe's knobs."""
     inherited = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RAY_", "WANDB_"))}
+    ray_port, dashboard_port = free_ports(2)
     return {
         **inherited,
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "/usr/bin:/bin")]),
@@ -86,8 +80,8 @@ def _job_env(root: Path, records: Path, **knobs: str) -> dict[str, str]:
         # newer releases' step semantics: a step that asks for no CPUs gets one
         "SLURM_EXACT": "1",
         "DFPO_RAY_DIR": str(root / "ray"),
-        "DFPO_RAY_PORT": str(_free_port()),
-        "DFPO_RAY_DASHBOARD_PORT": str(_free_port()),
+        "DFPO_RAY_PORT": str(ray_port),
+        "DFPO_RAY_DASHBOARD_PORT": str(dashboard_port),
         "RAY_AUTH_TOKEN_PATH": str(root / "ray_token"),
         # Ray's default object store (30% of memory) is too much for a 24 GiB machine
         "RAY_DEFAULT_OBJECT_STORE_MEMORY_PROPORTION": "0.04",
