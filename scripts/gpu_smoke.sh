@@ -158,7 +158,9 @@ else
 fi
 stage "GPT-OSS sink attention against eager" sink_attention
 stage "train DFPO 2 steps (vLLM rollout)" train dfpo 2 recomputed ""
-stage "train 1 step in rollout-correction bypass mode (one rank)" train dfpo-bypass 1 rollout 1 algorithm.rollout_correction.bypass_mode=true
+# no validation in the bypass step: it checks where the old log-probs come from (the 2-step stage validates)
+stage "train 1 step in rollout-correction bypass mode (one rank)" train dfpo-bypass 1 rollout 1 \
+    algorithm.rollout_correction.bypass_mode=true trainer.val_before_train=false trainer.test_freq=-1
 stage "merge the checkpoint (verl.model_merger)" merge
 stage "evaluate 2 problems (vLLM backend)" evaluate
 

@@ -192,6 +192,8 @@ def test_gpu_smoke_gpu_mode_commands_compose_in_verl_and_every_key_is_read(defau
     )
     bypass = compose_trainer_config(launches[1], config_name="dfpo_trainer")
     assert bypass.algorithm.rollout_correction.bypass_mode is True
+    # the bypass step validates nothing (the 2-step stage does, before and after training)
+    assert bypass.trainer.val_before_train is False and bypass.trainer.test_freq == -1
 
 
 # not serial: the launch stops before any training (the CPU-mode run is serial by its fixture: tests/conftest.py)
@@ -272,6 +274,7 @@ def test_gpu_smoke_cpu_mode_passes_the_cpu_recipe_the_vllm_rollout_and_cpu_setti
     assert "GPT-OSS sink attention: dfpo_cpu_varlen (packed row) against eager on cpu" in result.stdout
     trains = [c for c in calls if c.startswith("-m dfpo.main")]
     assert len(trains) == 2 and "algorithm.rollout_correction.bypass_mode=true" in trains[1]
+    assert "trainer.val_before_train=false" in trains[1] and "trainer.test_freq=-1" in trains[1]  # no validation
     model = f"actor_rollout_ref.model.path={tmp_path}/smoke/models/tiny_qwen3_cpu"
     for train, ranks in zip(trains, (2, 1), strict=True):  # the bypass step on one rank whatever GPUS_PER_NODE says
         assert (
