@@ -65,6 +65,7 @@ def stale_gspo_run(tmp_path_factory, tiny_example):
         "GPUS_PER_NODE": "1",
         "SAVE_FREQ": "-1",
         "TEST_FREQ": "-1",
+        "VAL_BEFORE_TRAIN": "false",  # nothing here reads a validation
         "ACTOR_DTYPE": "bf16",
         "ROLLOUT_DTYPE": "bfloat16",
         "PROJECT_NAME": "stale",
