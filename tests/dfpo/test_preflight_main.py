@@ -3,6 +3,10 @@ stops in seconds, naming the key or the file, and starts no Ray cluster.
 
 The command is the tiny CPU recipe's (its ``DRY_RUN=1`` line), run directly: the path that skips
 every check the recipes once made in bash, as a user typing ``python -m dfpo.main ...`` does.
+The tiny recipe's launches share one interpreter that imported ``dfpo.main`` once and forks a child
+per launch that runs its entry point (tests/dfpo/warm_main.py: the import is most of such a launch);
+the last two tests launch ``python -m dfpo.main`` and ``python -m dfpo.launch.recipe`` as processes
+of their own.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dfpo.launch.driver_setup import DriverSetupError, check_platform
 from dfpo.launch.preflight import TRACKER_FILE
 from dfpo.launch.recipe import recipe_environment
 from tests.dfpo.test_preflight import assert_says_the_model_and_the_way
+from tests.dfpo.warm_main import WarmMain
 from tests.recipes.recipe_commands import REPO_ROOT, dry_run
 
 pytestmark = pytest.mark.slow
@@ -33,23 +38,34 @@ def output_root(tmp_path_factory):
     return tmp_path_factory.mktemp("preflight_main")
 
 
-def _main(output_root, *overrides: str) -> subprocess.CompletedProcess:
+@pytest.fixture(scope="module")
+def tiny_main(output_root, tmp_path_factory):
+    """``python -m dfpo.main`` in the tiny recipe's driver environment, its import shared by the launches."""
+    server = WarmMain(
+        recipe_environment("tiny_cpu", dict(os.environ)), REPO_ROOT, tmp_path_factory.mktemp("preflight_main_launches")
+    )
+    yield server
+    server.close()
+
+
+def _main(tiny_main: WarmMain, output_root, *overrides: str) -> subprocess.CompletedProcess:
     (command,) = dry_run("run_dfpo_min_replace_tiny_cpu.sh", OUTPUT_ROOT=str(output_root), MODEL_PATH=None)
-    argv = [sys.executable, *command.argv[1:], *overrides]
-    # far below Ray's start-up: importing verl is most of it (10-20 s on 2 cores); the driver
-    # writes the tiny example's model and data first (dfpo.example)
-    env = recipe_environment("tiny_cpu", dict(os.environ))
-    return subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=180)
+    assert list(command.argv[1:3]) == ["-m", "dfpo.main"], command.argv
+    # far below Ray's start-up: importing verl is most of it (10-20 s on 2 cores, once per module);
+    # the driver writes the tiny example's model and data first (dfpo.example)
+    return tiny_main.run([*command.argv[3:], *overrides], timeout_s=180)
 
 
-def test_dfpo_with_a_group_of_one_stops_before_ray_naming_rollout_n(output_root):
-    done = _main(output_root, "actor_rollout_ref.rollout.n=1")
+def test_dfpo_with_a_group_of_one_stops_before_ray_naming_rollout_n(tiny_main, output_root):
+    done = _main(tiny_main, output_root, "actor_rollout_ref.rollout.n=1")
     assert done.returncode != 0
     assert "dfpo preflight: actor_rollout_ref.rollout.n=1:" in done.stderr, done.stderr[-2000:]
     assert RAY_STARTED not in done.stdout + done.stderr
 
 
-def test_a_damaged_latest_checkpoint_without_an_intact_one_stops_before_ray_naming_the_file(output_root, tmp_path):
+def test_a_damaged_latest_checkpoint_without_an_intact_one_stops_before_ray_naming_the_file(
+    tiny_main, output_root, tmp_path
+):
     checkpoints = tmp_path / "ckpt"
     actor = checkpoints / "global_step_3" / "actor"
     actor.mkdir(parents=True)
@@ -59,14 +75,14 @@ def test_a_damaged_latest_checkpoint_without_an_intact_one_stops_before_ray_nami
     shard = actor / "model_world_size_2_rank_1.pt"
     shard.write_bytes(shard.read_bytes()[:100])  # a writer killed mid-file
     (checkpoints / TRACKER_FILE).write_text("3")
-    done = _main(output_root, f"trainer.default_local_dir={checkpoints}", "trainer.resume_mode=auto")
+    done = _main(tiny_main, output_root, f"trainer.default_local_dir={checkpoints}", "trainer.resume_mode=auto")
     assert done.returncode != 0
     assert f"{shard}: not a readable torch archive" in done.stderr, done.stderr[-2000:]
     assert RAY_STARTED not in done.stdout + done.stderr
 
 
-def test_a_batch_that_splits_into_unequal_mini_batches_stops_before_ray(output_root):
-    done = _main(output_root, "data.train_batch_size=6")  # the tiny recipe's mini-batch is 4 prompts
+def test_a_batch_that_splits_into_unequal_mini_batches_stops_before_ray(tiny_main, output_root):
+    done = _main(tiny_main, output_root, "data.train_batch_size=6")  # the tiny recipe's mini-batch is 4 prompts
     assert done.returncode != 0
     assert (
         "dfpo preflight: data.train_batch_size=6 is not a multiple of actor_rollout_ref.actor.ppo_mini_batch_size=4"
@@ -75,8 +91,8 @@ def test_a_batch_that_splits_into_unequal_mini_batches_stops_before_ray(output_r
     assert RAY_STARTED not in done.stdout + done.stderr
 
 
-def test_a_dry_run_checks_prints_the_config_and_starts_nothing(output_root):
-    done = _main(output_root, "dfpo.dry_run=true", "trainer.total_training_steps=3")
+def test_a_dry_run_checks_prints_the_config_and_starts_nothing(tiny_main, output_root):
+    done = _main(tiny_main, output_root, "dfpo.dry_run=true", "trainer.total_training_steps=3")
     assert done.returncode == 0, done.stderr[-2000:]
     assert "dfpo dry run (dfpo.dry_run=true): every check passed" in done.stdout
     assert "total_training_steps: 3" in done.stdout and "method: dfpo_min_replace" in done.stdout
