@@ -12,7 +12,11 @@ gloo ranks (the batch reordered as the trainer's length balancing does, so group
 confirms, attention split by position ids in transformers' eager or sdpa attention).
 
 All runs of one world size share one set of spawned processes (importing verl costs far more
-than a tiny update), so each test below checks a list of cases.
+than a tiny update), so each test below checks a list of cases. Each case's config is composed once,
+in the test process (Hydra costs seconds on 2 cores): the reference reads it and every rank builds
+its worker from it. The test process computes with one intra-op thread, as the ranks do: the tiny
+model's ops are microseconds, and two threads contending with the other test worker for 2 cores
+made each reference forward ten times slower.
 """
 
 from __future__ import annotations
@@ -76,8 +80,8 @@ def dfpo(transform="min_replace", scope="all", stop_grad=True) -> list[str]:
     ]
 
 
-def rounds(rank, world_size, tmp_path, cases, batch):
-    """On one rank: for each (worker kind, overrides) build a fresh worker and run update_actor."""
+def rounds(rank, world_size, cases, batch):
+    """On one rank: for each (worker kind, config) build a fresh worker and run update_actor."""
     from verl.workers.engine_workers import ActorRolloutRefWorker
 
     from cpu_backend import gloo_all_to_all, varlen_attention
@@ -86,8 +90,7 @@ def rounds(rank, world_size, tmp_path, cases, batch):
     varlen_attention.install()  # the GPU path's packed attention and Ulysses all-to-all, as
     gloo_all_to_all.install()  # cpu_backend.activate installs them in the trainer's workers
     results = []
-    for kind, overrides in cases:
-        cfg = h.compose_actor_config(h.ensure_tiny_model(f"{tmp_path}/model"), overrides)
+    for kind, cfg in cases:
         sp = int(cfg.actor_rollout_ref.actor.ulysses_sequence_parallel_size)
         shard = h.dispatch_shards(batch, world_size // sp)[rank // sp]  # a sequence-parallel group shares its data
         worker_cls = DFPOActorRolloutRefWorker if kind == "dfpo" else ActorRolloutRefWorker
@@ -176,6 +179,20 @@ def assert_same_update(before, after, expected_after, label):
         )
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """The references' tiny forwards and backwards on one intra-op thread (see the module doc)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def composed(workdir, cases):
+    """(worker kind, config composed for ``overrides``) for each (kind, overrides) of ``cases``."""
+    return [(kind, h.compose_actor_config(h.ensure_tiny_model(f"{workdir}/model"), o)) for kind, o in cases]
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     path = tmp_path_factory.mktemp("dfpo_exact")
@@ -211,7 +228,10 @@ SP2_CASES = {
 
 def _check(workdir, batch, cases, world_size, sp=1):
     results = h.run_ranks(
-        rounds, world_size, str(workdir), [("dfpo", TWO_MINI_BATCHES_TWO_EPOCHS + o) for o in cases.values()], batch
+        rounds,
+        world_size,
+        composed(workdir, [("dfpo", TWO_MINI_BATCHES_TWO_EPOCHS + o) for o in cases.values()]),
+        batch,
     )
     for index, (label, overrides) in enumerate(cases.items()):
         before, after, metrics = results[0][index]
@@ -314,7 +334,7 @@ def test_verl_gspo_update_is_unchanged_by_dfpo_worker(workdir):
         ("verl", regularised),
         ("dfpo", regularised),
     ]
-    (results,) = h.run_ranks(rounds, 1, str(workdir), cases, batch)
+    (results,) = h.run_ranks(rounds, 1, composed(workdir, cases), batch)
     for verl_run, dfpo_run in ((results[0], results[1]), (results[2], results[3]), (results[4], results[5])):
         for name, value in verl_run[1].items():
             torch.testing.assert_close(dfpo_run[1][name], value, rtol=0, atol=0)
