@@ -6,6 +6,7 @@ shared rather than repeated (docs/cpu.md, "Where CI's time goes").
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,18 @@ pytest_plugins = ["tests.disk_space"]  # the session's free disk: checked at the
 # measured (AVX2 only); far beyond that something hangs.
 CPU_SMOKE_TIMEOUT_S = 1500
 CPU_SMOKE_RANKS = 2
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """On a pytest-xdist worker (the suite's parallel part: one worker per core), torch computes on
+    one thread in the test process: two workers of two threads each on 2 cores oversubscribe them,
+    and small ops then wait on each other's spinning threads (a tiny model's forward in
+    tests/integration/test_dfpo_exact_update.py ran about 10 times slower). Subprocesses the tests
+    start are not affected; the serial part keeps torch's default."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
 
 
 @pytest.hookimpl(tryfirst=True)
