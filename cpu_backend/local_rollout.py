@@ -28,9 +28,8 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica
 from verl.workers.rollout.utils import ensure_async_iterator
 
+from cpu_backend.selection import LOCAL_ROLLOUT_NAME
 from cpu_backend.server import LocalRolloutServer
-
-LOCAL_ROLLOUT_NAME = "local"
 
 
 def server_actor_name(replica_rank: int, node_rank: int = 0) -> str:

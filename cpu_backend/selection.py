@@ -14,3 +14,7 @@ CPU_PLATFORM_NAME = "cpu"  # verl's platform name of the CPU backend, and the VE
 def local_backend_selected() -> bool:
     """Whether this process was started to run verl on CPU (``VERL_PLATFORM=cpu``)."""
     return os.environ.get("VERL_PLATFORM", "").strip().lower() == CPU_PLATFORM_NAME
+
+
+# actor_rollout_ref.rollout.name selecting the backend's own rollout (cpu_backend.local_rollout)
+LOCAL_ROLLOUT_NAME = "local"

@@ -1,9 +1,12 @@
 """Every verl 0.9.1 internal the local CPU backend touches, named in one place and checked.
 
 The local backend (:mod:`cpu_backend`) plugs into verl through registries and one patched name.
-None of these is a documented, stable API, so each is listed here with what we rely on, and
-:func:`check_verl_internals` verifies all of them against the installed verl when the backend
-is activated: a verl that moved one of them fails at start-up with the name, not mid-run.
+None of these is a documented, stable API, so each is listed here with what we rely on and
+checked against the installed verl: in every process of a CPU run right after verl's module that
+holds it is imported (before the backend registers or patches anything there, :data:`CHECKS`),
+and all at once in the driver before Ray starts (:func:`check_verl_internals`, through
+:func:`cpu_backend.activate.activate`): a verl that moved one of them fails at start-up with the
+name, not mid-run.
 
 =====================================================================  ==========================================
 internal                                                               what the backend relies on
@@ -38,6 +41,7 @@ internal                                                               what the 
 
 from __future__ import annotations
 
+import importlib
 import inspect
 
 # The backend string verl builds when no backend is given; on CPU it reads "cpu:gloo,cpu:gloo",
@@ -57,23 +61,27 @@ def _require(condition: bool, what: str) -> None:
         )
 
 
-def check_verl_internals() -> None:
-    """Raise :class:`VerlInternalsChanged` naming the first internal that is missing or changed."""
-    from verl.checkpoint_engine import base as checkpoint_engine_base
-    from verl.experimental.separation import engine_workers as separation_workers
-    from verl.plugin.platform import PlatformRegistry
-    from verl.utils import distributed, fsdp_utils
-    from verl.workers import engine_workers
-    from verl.workers.engine import EngineRegistry, FSDPEngineWithLMHead
-    from verl.workers.rollout import base as rollout_base
-    from verl.workers.rollout import replica
-
-    _require(callable(getattr(PlatformRegistry, "register", None)), "verl.plugin.platform.PlatformRegistry.register")
+def check_platform_registry(platform) -> None:
+    """``verl.plugin.platform``."""
     _require(
-        isinstance(getattr(EngineRegistry, "_engines", None), dict) and "language_model" in EngineRegistry._engines,
+        callable(getattr(platform.PlatformRegistry, "register", None)), "verl.plugin.platform.PlatformRegistry.register"
+    )
+
+
+def check_engine_registry(engine) -> None:
+    """``verl.workers.engine``."""
+    registry = getattr(engine, "EngineRegistry", None)
+    _require(
+        isinstance(getattr(registry, "_engines", None), dict) and "language_model" in registry._engines,
         "verl.workers.engine.EngineRegistry._engines['language_model']",
     )
-    _require(inspect.isclass(FSDPEngineWithLMHead), "verl.workers.engine.FSDPEngineWithLMHead")
+    _require(inspect.isclass(getattr(engine, "FSDPEngineWithLMHead", None)), "verl.workers.engine.FSDPEngineWithLMHead")
+
+
+def check_process_group(engine_workers) -> None:
+    """``verl.workers.engine_workers`` (and the default it inherits from ``verl.utils.distributed``)."""
+    from verl.utils import distributed
+
     _require(
         getattr(engine_workers, "initialize_global_process_group_ray", None) is not None,
         "verl.workers.engine_workers.initialize_global_process_group_ray",
@@ -83,6 +91,10 @@ def check_verl_internals() -> None:
         VERL_DEFAULT_BACKEND_PATTERN in source and "backend=None" in source,
         f"initialize_global_process_group_ray(backend=None) defaulting to {VERL_DEFAULT_BACKEND_PATTERN}",
     )
+
+
+def check_replica_registry(replica) -> None:
+    """``verl.workers.rollout.replica``."""
     _require(callable(getattr(replica.RolloutReplicaRegistry, "register", None)), "RolloutReplicaRegistry.register")
     _require(
         "launch_servers" in getattr(replica.RolloutReplica, "__abstractmethods__", ()),
@@ -93,6 +105,10 @@ def check_verl_internals() -> None:
         {"token_ids", "log_probs", "stop_reason", "extra_fields"} <= fields,
         "TokenOutput fields token_ids, log_probs, stop_reason, extra_fields",
     )
+
+
+def check_rollout_registry(rollout_base) -> None:
+    """``verl.workers.rollout.base``."""
     _require(
         isinstance(getattr(rollout_base, "_ROLLOUT_REGISTRY", None), dict),
         "verl.workers.rollout.base._ROLLOUT_REGISTRY",
@@ -101,6 +117,10 @@ def check_verl_internals() -> None:
         {"resume", "update_weights", "release"} <= set(getattr(rollout_base.BaseRollout, "__abstractmethods__", ())),
         "BaseRollout's abstract resume / update_weights / release",
     )
+
+
+def check_checkpoint_engine_registry(checkpoint_engine_base) -> None:
+    """``verl.checkpoint_engine.base``."""
     _require(
         callable(getattr(checkpoint_engine_base.CheckpointEngineRegistry, "register", None))
         and {"prepare", "build_topology", "init_process_group", "finalize", "send_weights", "receive_weights"}
@@ -110,9 +130,10 @@ def check_verl_internals() -> None:
         "verl.checkpoint_engine.base: CheckpointEngineRegistry.register, CheckpointEngine's abstract methods, "
         "split_weight_chunks / merge_weight_chunks",
     )
-    from verl.models.transformers import monkey_patch
-    from verl.utils import ulysses
 
+
+def check_attention_kernel(monkey_patch) -> None:
+    """``verl.models.transformers.monkey_patch``."""
     _require(
         callable(getattr(monkey_patch, "_flash_attention_forward", None))
         and "attn_output = _flash_attention_forward("
@@ -120,16 +141,55 @@ def check_verl_internals() -> None:
         "verl.models.transformers.monkey_patch._ulysses_flash_attention_forward calling the module-global "
         "_flash_attention_forward",
     )
+
+
+def check_all_to_all(ulysses) -> None:
+    """``verl.utils.ulysses``."""
     _require(
         callable(getattr(ulysses, "all_to_all_tensor", None))
         and "return all_to_all_tensor(" in inspect.getsource(ulysses.SeqAllToAll.forward)
         and "all_to_all_tensor(input_t" in inspect.getsource(ulysses.SeqAllToAll.backward),
         "verl.utils.ulysses.SeqAllToAll calling the module-global all_to_all_tensor",
     )
+
+
+def check_sharded_save(fsdp_utils) -> None:
+    """``verl.utils.fsdp_utils``."""
     _require(
-        callable(getattr(fsdp_utils, "fsdp2_sharded_save_to_cpu", None))
-        and "from verl.utils.fsdp_utils import"
+        callable(getattr(fsdp_utils, "fsdp2_sharded_save_to_cpu", None)),
+        "verl.utils.fsdp_utils.fsdp2_sharded_save_to_cpu",
+    )
+
+
+def check_sharded_save_caller(separation_workers) -> None:
+    """``verl.experimental.separation.engine_workers``: it takes the sharded save at call time, the patched one."""
+    _require(
+        "from verl.utils.fsdp_utils import"
         in inspect.getsource(separation_workers.DetachActorWorker._get_strategy_handlers),
         "verl.utils.fsdp_utils.fsdp2_sharded_save_to_cpu, imported at call time by "
         "DetachActorWorker._get_strategy_handlers",
     )
+
+
+CHECKS = {
+    "verl.plugin.platform": check_platform_registry,
+    "verl.workers.engine": check_engine_registry,
+    "verl.workers.engine_workers": check_process_group,
+    "verl.workers.rollout.replica": check_replica_registry,
+    "verl.workers.rollout.base": check_rollout_registry,
+    "verl.checkpoint_engine.base": check_checkpoint_engine_registry,
+    "verl.models.transformers.monkey_patch": check_attention_kernel,
+    "verl.utils.ulysses": check_all_to_all,
+    "verl.utils.fsdp_utils": check_sharded_save,
+    "verl.experimental.separation.engine_workers": check_sharded_save_caller,
+}
+"""Each verl module the backend touches -> the check of what it relies on there. The backend runs
+each right after that module's import (:mod:`cpu_backend.activate`); :func:`check_verl_internals`
+runs them all."""
+
+
+def check_verl_internals() -> None:
+    """Raise :class:`VerlInternalsChanged` naming the first internal that is missing or changed
+    (imports every module of :data:`CHECKS`)."""
+    for name, check in CHECKS.items():
+        check(importlib.import_module(name))
