@@ -122,6 +122,9 @@ def register() -> None:
         return
     check_vllm_cpu_internals()
     keep_linear_weights()
+    from cpu_backend.inductor_isa import install
+
+    install()  # the worker's torch.compile checks the CPU's vector ISAs once per machine, not per engine
 
 
 def omp_threads_bind(workers: int, cores: list[int]) -> str:

@@ -16,7 +16,11 @@ import json
 from vllm.plugins import load_general_plugins
 load_general_plugins()
 from vllm.model_executor.layers import utils
-print(json.dumps({"keeps_weight": getattr(utils.dispatch_cpu_unquantized_gemm, "__dfpo_keeps_weight__", False)}))
+from torch._inductor import cpu_vec_isa  # the worker's torch.compile imports it (cpu_backend/inductor_isa.py)
+print(json.dumps({
+    "keeps_weight": getattr(utils.dispatch_cpu_unquantized_gemm, "__dfpo_keeps_weight__", False),
+    "isa_check_memoized": getattr(cpu_vec_isa.VecISA.check_build, "__dfpo_memoized__", False),
+}))
 """
 
 
@@ -31,13 +35,13 @@ def test_the_fix_is_a_vllm_general_plugin_of_this_package():
 
 @pytest.mark.slow
 def test_vllm_processes_of_a_cpu_run_keep_linear_weights():
-    assert _probe({"VERL_PLATFORM": "cpu"}) == {"keeps_weight": True}
+    assert _probe({"VERL_PLATFORM": "cpu"}) == {"keeps_weight": True, "isa_check_memoized": True}
 
 
 @pytest.mark.slow
 def test_without_verl_platform_cpu_vllm_is_untouched():
     """What a GPU run's vLLM processes see: vLLM exactly as shipped."""
-    assert _probe({}, drop=("VERL_PLATFORM",)) == {"keeps_weight": False}
+    assert _probe({}, drop=("VERL_PLATFORM",)) == {"keeps_weight": False, "isa_check_memoized": False}
 
 
 def _packed_linear(dispatch) -> torch.nn.Module:
