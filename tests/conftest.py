@@ -37,6 +37,19 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.set_num_threads(1)
 
 
+@pytest.fixture(scope="module")
+def single_torch_thread():
+    """One intra-op thread for a module's in-process torch work, the count restored afterwards: tiny
+    models' ops are microseconds, and threads contending for 2 cores make them many times slower
+    (``pytest.mark.usefixtures("single_torch_thread")``; also where a module runs alone)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test that reads the smoke's CPU run below is ``serial`` (scripts/test.sh runs those one at

@@ -1,12 +1,9 @@
-"""The demo's tiny model runs fastest on one thread; each test module here runs with one, then restores the count."""
+"""The demo's tiny model runs fastest on one thread: each test module here runs with one
+(tests/conftest.py's ``single_torch_thread``), then the count is restored."""
 
 import pytest
-import torch
 
 
 @pytest.fixture(autouse=True, scope="module")
-def single_torch_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread_per_module(single_torch_thread):
     yield
-    torch.set_num_threads(previous)

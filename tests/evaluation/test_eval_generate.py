@@ -24,6 +24,8 @@ from evaluation.run_store import RunMismatchError, RunStore, read_manifest, read
 from evaluation.sampling_settings import SamplingConfig, derive_seed, preset
 from evaluation.scoring import ParallelScorer
 
+pytestmark = pytest.mark.usefixtures("single_torch_thread")  # the tiny model is fastest on one thread
+
 REPO = Path(__file__).resolve().parents[2]
 SAMPLING = SamplingConfig(
     temperature=1.0, top_p=0.95, top_k=50, max_new_tokens=8, chat_template_kwargs={"enable_thinking": True}
@@ -69,17 +71,6 @@ def _manifest(problems, k=K, seed=0):
         "scorer": "parity",
         "n_problems": len(problems),
     }
-
-
-@pytest.fixture(scope="module", autouse=True)
-def single_torch_thread():
-    """One intra-op thread: the tiny model is faster that way, above all on a busy 2-core CI machine."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ from dfpo.algorithm.loss import compute_dfpo_loss
 from dfpo.algorithm.shared_prefix import shared_prefix_lengths
 from tests.integration import cpu_verl_harness as h
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("single_torch_thread")]  # see the module doc
 
 NUM_PROMPTS, N = 4, 4
 BATCH_SPEC = h.BatchSpec(num_prompts=NUM_PROMPTS, n=N, seed=1)  # old log-probs = log π_θ0, as compute_log_prob writes
@@ -177,15 +177,6 @@ def assert_same_update(before, after, expected_after, label):
             atol=DELTA_ATOL_FRACTION * scale,
             msg=lambda m, name=name: f"{label}: {name}: {m}",
         )
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """The references' tiny forwards and backwards on one intra-op thread (see the module doc)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def composed(workdir, cases):
