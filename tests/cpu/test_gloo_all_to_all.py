@@ -50,6 +50,7 @@ def _ranks(rank: int, world: int, init_file: str, failures) -> None:
         all_weights = [torch.empty_like(weights) for _ in range(world)]
         dist.all_gather(all_weights, weights)
         torch.testing.assert_close(leaf.grad, _expected(all_weights, rank, 1, 2), rtol=0, atol=0)
+        dist.barrier()  # no rank tears its group down while another still runs a collective
         dist.destroy_process_group()
     except BaseException as error:  # noqa: BLE001  (reported to the parent)
         failures.put(f"rank {rank}: {error!r}")

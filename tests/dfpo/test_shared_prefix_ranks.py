@@ -29,6 +29,7 @@ def _worker(rank, world, port, seed, queue):
         shards = torch.arange(b.responses.shape[0]).tensor_split(world)
         idx = shards[rank]
         out = shared_prefix_lengths(b.group_index[idx], b.responses[idx], b.response_mask[idx], None)
+        dist.barrier()  # no rank tears its group down while another still runs a collective
         queue.put((rank, idx.tolist(), out.tolist()))
     finally:
         dist.destroy_process_group()

@@ -823,6 +823,7 @@ def _rank_main(rank: int, world_size: int, port: int, fn: Callable, args_payload
         dist.init_process_group(backend="gloo", rank=rank, world_size=world_size)
         try:
             result = fn(rank, world_size, *_from_bytes(args_payload))
+            dist.barrier()  # no rank tears its group down while another still runs a collective
         finally:
             dist.destroy_process_group()
         queue.put((rank, True, _to_bytes(result)))
