@@ -7,7 +7,13 @@
 * :func:`check_platform`: a config for the CPU backend (``trainer.device=cpu``) needs
   ``VERL_PLATFORM=cpu`` in the driver's own environment (verl picks its platform when it is
   imported); the recipes set it.
-* :func:`drop_node_resources_on_a_cluster`: when ``RAY_ADDRESS`` names a running cluster, Ray
+* :func:`cluster_to_join`: the Ray cluster verl's ``ray.init`` will join, found as Ray finds it:
+  ``RAY_ADDRESS``, else ``ray_kwargs.ray_init.address``, else the address file the last ``ray start``
+  on this machine wrote (``<Ray temp dir>/ray_current_cluster``). Ray removes that file only in
+  ``ray stop``: after a head that ended otherwise (killed, out of memory, its container gone) a plain
+  ``ray.init()`` waits minutes for a cluster that is gone, printing only GCS time-outs. Here such a
+  file stops the launch in seconds, naming the file and what to do.
+* :func:`drop_node_resources_on_a_cluster`: when the driver joins a running cluster, Ray
   refuses ``ray.init`` keys that size a node ("When connecting to an existing cluster, num_cpus
   and num_gpus must not be provided"); there, every node's resources are its ``ray start``'s, so
   those keys are dropped, saying so.
@@ -31,8 +37,10 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from omegaconf import OmegaConf, open_dict
@@ -75,13 +83,72 @@ def check_platform(config, environ: dict[str, str] | None = None) -> None:
         activate()
 
 
-def drop_node_resources_on_a_cluster(config, say=print, environ: dict[str, str] | None = None) -> list[str]:
-    """Remove :data:`RAY_INIT_NODE_KEYS` from ``ray_kwargs.ray_init`` when the driver joins a running
-    cluster (``RAY_ADDRESS`` set and not ``local``); returns the keys removed."""
+def ray_address_file(config, environ: dict[str, str] | None = None) -> Path:
+    """Where ``ray start`` on this machine wrote the address a plain ``ray.init()`` joins: Ray 2.60's
+    ``get_ray_address_file`` for ``ray_kwargs.ray_init._temp_dir``, else ``$RAY_TMPDIR/ray``, else
+    ``$TMPDIR/ray``, else ``/tmp/ray``."""
     environ = os.environ if environ is None else environ
-    address = environ.get("RAY_ADDRESS", "")
+    temp_dir = OmegaConf.select(config, "ray_kwargs.ray_init._temp_dir")
+    if not temp_dir:
+        system_temp = environ.get("RAY_TMPDIR") or environ.get("TMPDIR") or "/tmp"
+        temp_dir = os.path.join(system_temp, "ray")
+    return Path(str(temp_dir)) / "ray_current_cluster"
+
+
+def _answers(host: str, port: int, timeout_s: float = 2.0, tries: int = 3) -> bool:
+    """Whether anything accepts a TCP connection at ``host:port`` (a Ray head's GCS does at once)."""
+    for attempt in range(tries):
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                return True
+        except OSError:
+            if attempt + 1 < tries:
+                time.sleep(0.5)
+    return False
+
+
+def cluster_to_join(config, environ: dict[str, str] | None = None, answers=_answers) -> str | None:
+    """The address of the running Ray cluster verl's ``ray.init(**ray_kwargs.ray_init)`` will join, or
+    ``None`` where it starts a Ray of the launch's own. Raises :class:`DriverSetupError` when the only
+    source is Ray's address file (no ``RAY_ADDRESS``, no ``ray_init.address``) and nothing answers at
+    the address it names: a stopped cluster whose ``ray stop`` never ran."""
+    environ = os.environ if environ is None else environ
+    named_in_config = OmegaConf.select(config, "ray_kwargs.ray_init.address")
+    address = environ.get("RAY_ADDRESS", "").strip() or str(named_in_config or "")
+    if address and address != "auto":
+        return None if address == "local" else address
+    path = ray_address_file(config, environ)
+    try:
+        named = path.read_text().strip()
+    except FileNotFoundError:
+        return address or None  # "auto" joins any Ray running here, or fails saying none is
+    except OSError as error:
+        raise DriverSetupError(
+            f"Ray's address file {path} cannot be read ({error}); ray.init() would read it to find the cluster to "
+            "join: fix its permissions, or set RAY_ADDRESS=local to start a Ray of this launch's own"
+        ) from None
+    if not named:
+        return address or None
+    host, _, port = named.rpartition(":")
+    if not host or not port.isdigit() or not answers(host.strip("[]"), int(port)):
+        raise DriverSetupError(
+            f"Ray's address file {path} names the cluster at {named!r}, where nothing answers: its head ended without "
+            "`ray stop`, which is what removes that file. ray.init() joins the cluster this file names whenever "
+            "RAY_ADDRESS is unset, and would wait minutes for it. Run `ray stop` on this machine (it removes the "
+            f"file), or delete {path}, or set RAY_ADDRESS=local to start a Ray of this launch's own; to join a "
+            "cluster that is running, set RAY_ADDRESS to its head's address"
+        )
+    return named
+
+
+def drop_node_resources_on_a_cluster(
+    config, say=print, environ: dict[str, str] | None = None, answers=_answers
+) -> list[str]:
+    """Remove :data:`RAY_INIT_NODE_KEYS` from ``ray_kwargs.ray_init`` when the driver joins a running
+    cluster (:func:`cluster_to_join`); returns the keys removed."""
+    address = cluster_to_join(config, environ, answers)
     ray_init = OmegaConf.select(config, "ray_kwargs.ray_init")
-    if not address or address == "local" or ray_init is None:
+    if address is None or ray_init is None:
         return []
     dropped = [key for key in RAY_INIT_NODE_KEYS if key in ray_init and ray_init[key] is not None]
     if dropped:
@@ -89,7 +156,7 @@ def drop_node_resources_on_a_cluster(config, say=print, environ: dict[str, str] 
             for key in dropped:
                 del config.ray_kwargs.ray_init[key]
         say(
-            f"dfpo: RAY_ADDRESS={address} is a running cluster: its nodes' resources are their ray start's, so not "
+            f"dfpo: joining the running Ray cluster at {address}: its nodes' resources are their ray start's, so not "
             f"passing ray_kwargs.ray_init.{{{','.join(dropped)}}}"
         )
     return dropped

@@ -3,6 +3,7 @@ stops in seconds, naming the key or the file, and starts no Ray cluster.
 
 The command is the tiny CPU recipe's (its ``DRY_RUN=1`` line), run directly: the path that skips
 every check the recipes once made in bash, as a user typing ``python -m dfpo.main ...`` does.
+A stale Ray address file is stopped there too, before ``ray.init`` would wait on it.
 The tiny recipe's launches share one interpreter that imported ``dfpo.main`` once and forks a child
 per launch that runs its entry point (tests/dfpo/warm_main.py: the import is most of such a launch);
 the last two tests launch ``python -m dfpo.main`` and ``python -m dfpo.launch.recipe`` as processes
@@ -12,6 +13,7 @@ of their own.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 
@@ -96,6 +98,22 @@ def test_a_dry_run_checks_prints_the_config_and_starts_nothing(tiny_main, output
     assert done.returncode == 0, done.stderr[-2000:]
     assert "dfpo dry run (dfpo.dry_run=true): every check passed" in done.stdout
     assert "total_training_steps: 3" in done.stdout and "method: dfpo_min_replace" in done.stdout
+    assert RAY_STARTED not in done.stdout + done.stderr
+
+
+def test_a_stale_ray_address_file_stops_the_driver_before_ray_naming_the_file(tiny_main, output_root, tmp_path):
+    """Ray's address file of a head that ended without ``ray stop`` (tests/dfpo/test_ray_address_file.py):
+    ``ray.init()`` would wait minutes for it; the driver stops in seconds and says what to do."""
+    assert "RAY_ADDRESS" not in os.environ, "this launch must find the cluster as a plain ray.init() does"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{probe.getsockname()[1]}"  # nothing listens there once closed
+    (tmp_path / "ray_current_cluster").write_text(address)
+    done = _main(tiny_main, output_root, f"+ray_kwargs.ray_init._temp_dir={tmp_path}")
+    assert done.returncode != 0
+    assert f"dfpo: Ray's address file {tmp_path / 'ray_current_cluster'} names the cluster at '{address}'" in (
+        done.stderr
+    ), done.stderr[-2000:]
     assert RAY_STARTED not in done.stdout + done.stderr
 
 
