@@ -46,10 +46,10 @@ from dfpo.launch import communication_plan as comm
 GB = 1e9
 BF16, FP32 = 2, 4
 
-# --- hardware and efficiency [ours]: the same values as the FSDP2 communication plan -------------------------
-GPU_BF16_FLOPS = 989e12  # H100 SXM dense bf16 peak (NVIDIA's datasheet)
-MFU = 0.35  # model FLOPs utilisation a long-sequence run reaches [ours], the same for every engine
-INTER_NODE_GB_PER_S = 40.0  # per GPU across nodes: 8 x 400 Gb/s NICs per node = 50 GB/s raw, 80% effective [ours]
+# --- hardware and efficiency [ours]: the FSDP2 communication plan's, so both plans price a step alike --------
+GPU_BF16_FLOPS = comm.GPU_BF16_FLOPS  # H100 SXM dense bf16 peak (NVIDIA's datasheet)
+MFU = comm.MFU  # model FLOPs utilisation a long-sequence run reaches [ours], the same for every engine
+INTER_NODE_GB_PER_S = comm.INTER_NODE_GB_PER_S  # per GPU across nodes [ours]
 NVLINK_GB_PER_S = 300.0  # per GPU within a node: NVLink 4 is 450 GB/s per direction, 2/3 effective in an all-to-all
 GPU_MEMORY_GB = 80.0
 MEMORY_HEADROOM = 0.9  # the memory plan's rule: a recipe stays within 90% of the GPU
@@ -120,7 +120,9 @@ class MoEModel:
 
 # Parameter counts: the published config.json (transformers 5.9's Qwen3NextConfig() / GptOssConfig() defaults
 # are those configs) built on the meta device and counted; routed experts = parameters under ``mlp.experts``.
-# Active parameters: the model cards.
+# Active parameters: counted as the FSDP2 plan counts them (dfpo.launch.model_anatomy's active_params_per_token:
+# every parameter but the routed experts', plus top_k of them; embeddings and head included), so that both
+# plans give the same compute (the model cards round them: "3B activated", "5.1B active").
 MODELS: dict[str, MoEModel] = {
     "qwen3_next_80b_a3b_thinking": MoEModel(
         name="Qwen3-Next-80B-A3B-Thinking",
@@ -130,7 +132,7 @@ MODELS: dict[str, MoEModel] = {
         top_k=10,
         total_params=79_674_391_296,
         routed_expert_params=77_309_411_328,  # 48 x 512 x 3 x 2048 x 512
-        active_params=3e9,  # model card: 80B total, 3B activated
+        active_params=3_563_764_480,
         attention_heads=16,
         head_dim=256,
         full_attention_layers=12,  # full_attention_interval 4; the other 36 are Gated DeltaNet
@@ -146,7 +148,7 @@ MODELS: dict[str, MoEModel] = {
         top_k=4,
         total_params=116_829_156_672,
         routed_expert_params=114_701_598_720,  # 36 x 128 x (3 x 2880 x 2880 + biases 3 x 2880)
-        active_params=5.13e9,  # model card: 5.1B active parameters per token
+        active_params=5_132_849_472,
         attention_heads=64,
         head_dim=64,
         full_attention_layers=18,

@@ -403,19 +403,9 @@ def plan_of_config(config, name: str, hf_config: dict, gpu_memory_gb: float = 80
     return run_plan(name, hf_config, settings, tuple(wrap) if wrap else None)
 
 
-def render(p: RunPlan) -> str:
-    s, a = p.settings, p.anatomy
-    lines = [
-        f"memory plan per GPU for {p.name} ({a.architecture}: {a.params / 1e9:.1f} B parameters, "
-        f"{a.active_params_per_token / 1e9:.2f} B active per token, {len(a.units)} FSDP2 units, largest "
-        f"{a.largest_unit().params / 1e9:.2f} B; estimates, assumptions: docs/recipes.md, 'Memory plan'):"
-    ]
-    by_type = ", ".join(
-        f"{kind} {count} × {total / count / 1e9:.2f} B"
-        for kind, total in a.params_by_layer_type().items()
-        for count in [sum(1 for unit in a.layers if (unit.layer_type or "layer") == kind)]
-    )
-    lines.append(f"  layers: {by_type}; routed experts {a.expert_params / a.params:.0%} of the parameters")
+def _gpu_memory_lines(p: RunPlan) -> list[str]:
+    """Per-GPU memory by phase, its peak, host memory per node and rank 0's load against the timeout."""
+    s, a, lines = p.settings, p.anatomy, []
     phases = {phase: steps[peak_substep(steps)] for phase, steps in p.memory.items()}
     for phase, steps in p.memory.items():
         substep = peak_substep(steps)
@@ -426,6 +416,7 @@ def render(p: RunPlan) -> str:
     phase, total = peak(phases)
     lines.append(f"  peak: {phase}, {total:.1f} GB ({100 * total / s.gpu_memory_gb:.0f}% of the GPU)")
     h = p.host
+    read_s = h["rank 0 reads the bf16 checkpoint (s)"]
     lines.append(
         f"  host memory per node: node 0 holds rank 0's full fp32 model while loading, "
         f"{h[RANK0_MODEL]:.0f} GB (the other ranks build on the "
@@ -435,20 +426,57 @@ def render(p: RunPlan) -> str:
     )
     lines.append(
         f"  load vs timeout: rank 0 reads {2 * a.params / GB:.0f} GB of bf16 weights in "
-        f"~{h['rank 0 reads the bf16 checkpoint (s)']:.0f} s at {CHECKPOINT_READ_GB_PER_S:.0f} GB/s while the other "
-        f"ranks wait in a broadcast under the {DEFAULT_TIMEOUT_S / 60:.0f}-minute default collective timeout "
-        f"({'at risk' if h['rank 0 reads the bf16 checkpoint (s)'] > DEFAULT_TIMEOUT_S / 2 else 'within it'}: "
-        "slower storage scales the read)"
+        f"~{read_s:.0f} s at {CHECKPOINT_READ_GB_PER_S:.0f} GB/s while the other ranks wait in a broadcast "
+        f"under the {DEFAULT_TIMEOUT_S / 60:.0f}-minute default collective timeout "
+        f"({'at risk' if read_s > DEFAULT_TIMEOUT_S / 2 else 'within it'}: slower storage scales the read)"
     )
+    return lines
+
+
+def render(p: RunPlan, on_cpu: bool = False) -> str:
+    """The dry run's text. ``on_cpu``: a CPU run's plan, per CPU rank: the model's FSDP2 units, rank 0's
+    load, the micro-batches and every collective's bytes (what the resource meter checks on the tiny
+    MoE runs); the memory by phase and the step time are GPUs' and left out."""
+    a = p.anatomy
+    unit = "CPU rank" if on_cpu else "GPU"
+    billions = (lambda n: f"{n / 1e6:.3g} M") if on_cpu else (lambda n: f"{n / 1e9:.1f} B")  # tiny models: millions
+    billions2 = (lambda n: f"{n / 1e6:.3g} M") if on_cpu else (lambda n: f"{n / 1e9:.2f} B")
+    title = "plan" if on_cpu else "memory plan"
+    lines = [
+        f"{title} per {unit} for {p.name} ({a.architecture}: {billions(a.params)} parameters, "
+        f"{billions2(a.active_params_per_token)} active per token, {len(a.units)} FSDP2 units, largest "
+        f"{billions2(a.largest_unit().params)}; estimates, assumptions: docs/recipes.md, 'Memory plan'):"
+    ]
+    by_type = ", ".join(
+        f"{kind} {count} × {billions2(total / count)}"
+        for kind, total in a.params_by_layer_type().items()
+        for count in [sum(1 for unit in a.layers if (unit.layer_type or "layer") == kind)]
+    )
+    lines.append(f"  layers: {by_type}; routed experts {a.expert_params / a.params:.0%} of the parameters")
+    if on_cpu:
+        lines.append(
+            f"  host memory: rank 0 builds the whole model in fp32 while loading, "
+            f"{p.host[RANK0_MODEL] * GB / 1e6:,.2f} MB (the other ranks build on the meta device)"
+        )
+    else:
+        lines.extend(_gpu_memory_lines(p))
     micro = ", ".join(f"{k} {v}" for k, v in p.micro_batches.items())
-    lines.append(f"  micro-batches per GPU per step (full-length sequences): {micro}")
+    lines.append(f"  micro-batches per {unit} per step (full-length sequences): {micro}")
     for phase in ("log_prob", "prepass", "update", "weight_sync", "model_init"):
         ops = p.collectives.get(phase) or {}
         if ops:
-            detail = ", ".join(f"{op} {b / GB:,.0f} GB" for op, b in ops.items())
-            lines.append(
-                f"  collectives per GPU, {phase}{' (once per run)' if phase == 'model_init' else ''}: {detail}"
+            detail = ", ".join(
+                f"{op} {f'{b / 1e6:,.2f} MB' if on_cpu else f'{b / GB:,.0f} GB'}" for op, b in ops.items()
             )
+            lines.append(
+                f"  collectives per {unit}, {phase}{' (once per run)' if phase == 'model_init' else ''}: {detail}"
+            )
+    if on_cpu:
+        lines.append(
+            "  memory by phase and step time: planned for GPUs only (vLLM's KV cache, CUDA's overhead and GPU "
+            "throughput have no counterpart here); dfpo.resource_log_dir measures a CPU run's"
+        )
+        return "\n".join(lines)
     t = p.time
     lines.append(
         f"  step time: compute {t.total_compute_s:,.0f} s (at {comm.MFU:.0%} MFU of {comm.GPU_BF16_FLOPS / 1e12:.0f} "

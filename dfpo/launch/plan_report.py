@@ -35,10 +35,11 @@ def recipe_config(method: str, model: str, overrides: Sequence[str] = (), enviro
     (MODEL_PATH may be unset: the plan then reads the published config)."""
     from dfpo.launch.compose import compose_trainer_config
     from dfpo.launch.driver_setup import resolve
-    from dfpo.launch.recipe import recipe_overrides
+    from dfpo.launch.recipe import model_sets_path, recipe_overrides
 
     environ = dict(os.environ if environ is None else environ)
-    environ.setdefault("MODEL_PATH", NO_CHECKPOINT)
+    if not model_sets_path(model):  # a CPU example's model file names its path under OUTPUT_ROOT
+        environ.setdefault("MODEL_PATH", NO_CHECKPOINT)
     config = compose_trainer_config([*recipe_overrides(method, model, environ), *overrides], "dfpo_trainer")
     resolve(config)
     return config
@@ -72,12 +73,14 @@ def _tb(plan: memory_plan.RunPlan) -> float:
 
 
 def hardware_cell(plan: memory_plan.RunPlan) -> str:
-    """The plan's part of the README's hardware cell: the planned peak per GPU and the step's time split."""
+    """The plan's part of the README's hardware cell: the planned peak per GPU, the step's time and its
+    split, and the command that prints the plan."""
     t = plan.time
     phase, total = _peak(plan)
     return (
-        f"plan: peak {total:.0f} GB/GPU ({phase}), step ~{t.total_compute_s:,.0f} s compute vs "
-        f"~{t.total_communication_s:,.0f} s FSDP2 communication"
+        f"plan: peak {total:.0f} GB/GPU ({phase}), step ~{t.total_overlapped_s:,.0f} s: ~{t.total_compute_s:,.0f} s "
+        f"compute vs ~{t.total_communication_s:,.0f} s FSDP2 communication "
+        f"(`python -m dfpo.launch.plan_report dfpo_min_replace {plan.name}`)"
     )
 
 

@@ -304,18 +304,26 @@ def check_attention_sinks_with_ulysses(config) -> None:
 def memory_plan_report(config, environ: dict[str, str] | None = None) -> str | None:
     """The plan of a GPU run (text; :mod:`dfpo.launch.memory_plan`): per-GPU memory by phase, host memory
     per node, collective bytes and step time, and for a MoE recipe's model the step time under the
-    expert-parallel engines (:mod:`dfpo.launch.engine_plan`); None on CPU. ``GPU_MEMORY_GB`` (default 80) is the GPU's
-    memory. The model is the checkpoint's config.json when there is one, else the published config of
-    the model ``dfpo.model`` names (or whose shape the config.json has)."""
+    expert-parallel engines (:mod:`dfpo.launch.engine_plan`). A CPU run's plan is per CPU rank, without
+    GPU capacity or step time (:func:`dfpo.launch.memory_plan.render`): the plan the resource meter checks
+    on the tiny MoE runs. ``GPU_MEMORY_GB`` (default 80) is the GPU's memory. The model is the checkpoint's
+    config.json when there is one, else the published config of the model ``dfpo.model`` names (or whose
+    shape the config.json has)."""
     from dfpo.launch import memory_plan
 
-    if str(config.trainer.device) == "cpu":
-        return None
+    on_cpu = str(config.trainer.device) == "cpu"
     environ = os.environ if environ is None else environ
     gpu_memory_gb = float(environ.get("GPU_MEMORY_GB", "80"))
     name = _named_model(config)
     model_path = str(config.actor_rollout_ref.model.path)
     hf_config = _model_config(config)
+    example = OmegaConf.select(config, "dfpo.example")
+    if not hf_config and example:  # one of dfpo's CPU examples, built in code by the launch (a dry run writes nothing)
+        return (
+            f"dfpo preflight: the plan of {name or model_path} needs {model_path}/config.json, which a launch writes "
+            f"first (dfpo.example={example}), as does python -m cpu_examples.prepare --output-root "
+            f"{config.dfpo.output_root} --model {example}"
+        )
     if name is None:
         name = memory_plan.known_model_of(hf_config) if hf_config else None
     if name is None and not hf_config:
@@ -332,6 +340,8 @@ def memory_plan_report(config, environ: dict[str, str] | None = None) -> str | N
         return f"dfpo preflight: no memory plan: {error.args[0]}"
     from dfpo.launch.engine_plan import engine_report_for_config
 
+    if on_cpu:
+        return memory_plan.render(plan, on_cpu=True)
     engines = engine_report_for_config(config)  # the MoE recipes: FSDP2 against the expert-parallel engines
     return memory_plan.render(plan) + (f"\n{engines}" if engines else "")
 

@@ -83,7 +83,10 @@ def model_keys(model: str) -> frozenset[str]:
 
 
 def model_sets_path(model: str) -> bool:
-    """Whether the model file names its own checkpoint (the CPU examples build theirs)."""
+    """Whether the model file names its own checkpoint (the CPU examples build theirs); False for a model
+    with no file (the launch then names it among the known ones)."""
+    if not (CONFIG_DIR / "base_model" / f"{model}.yaml").is_file():
+        return False
     return bool(_model_file(model).get("actor_rollout_ref", {}).get("model", {}).get("path"))
 
 

@@ -141,6 +141,10 @@ def test_the_models_parameters_as_transformers_builds_them(name):
         counts["total"] += parameter.numel()
         counts["experts"] += parameter.numel() if ".mlp.experts." in parameter_name else 0
     assert counts == {"total": model.total_params, "experts": model.routed_expert_params}
+    # the FSDP2 plan's count of a token's parameters: both plans then give one compute time
+    from dfpo.launch.model_anatomy import PUBLISHED_CONFIGS, model_anatomy
+
+    assert model_anatomy(PUBLISHED_CONFIGS[name]).active_params_per_token == model.active_params
 
 
 def test_the_dry_run_hook_answers_for_the_moe_models_only():
@@ -174,3 +178,17 @@ def test_the_docs_show_the_commands_printout(capsys):
     assert block == printed, "docs/recipes.md: paste the output of python -m dfpo.launch.engine_plan"
     with pytest.raises(SystemExit):
         engine_plan.main(["--mean-tokens", "0"])
+
+
+@pytest.mark.parametrize("name", sorted(engine_plan.RECIPES))
+def test_fsdp2s_row_is_the_dry_runs_plan_of_the_recipe(name):
+    """The engine comparison's FSDP2 row and the plan the dry run prints (dfpo.launch.communication_plan on
+    the composed recipe, from the real FSDP2 wrap) give one compute and one communication time per phase:
+    README's hardware column quotes the second, docs/recipes.md's engine table the first."""
+    from dfpo.launch.plan_report import recipe_plan
+
+    plan = recipe_plan("dfpo_min_replace", name, environ={})
+    fsdp2 = engine_plan.engine_cost(engine_plan.MODELS[name], engine_plan.RECIPES[name], Engine("fsdp2"))
+    for phase in ("log_prob", "prepass", "update"):
+        assert fsdp2.compute_s[phase] == pytest.approx(plan.time.compute_s[phase], rel=1e-3), phase
+    assert sum(fsdp2.communication_s.values()) == pytest.approx(plan.time.total_communication_s, rel=0.02)

@@ -13,7 +13,8 @@ Checked on each run's own log: every step trains; DFPO cancels the drift (by its
 measured on the gradient verl backpropagated, on the shared tokens); the rollout's log-probs
 match the actor's after every weight sync (verl's sync of the MoE experts reached the rollout);
 ``python -m dfpo.operations.run_checks --weight-sync`` passes; the checkpoint of every rank is
-written; and the plan ``dfpo.dry_run=true`` prints (``dfpo/launch/communication_plan.py``, from the
+written; and the plan the launch prints before Ray (as ``dfpo.dry_run=true`` and
+``python -m dfpo.launch.plan_report`` do; ``dfpo/launch/communication_plan.py``, from the
 model's real FSDP2 wrap) predicts, for each rank's last whole step, the forward passes and the bytes
 of every all-gather and reduce-scatter FSDP2 issued and of the weight sync's gathers, as the
 resource meter counted them in the run (``dfpo.resource_log_dir``). The rollout is dfpo's local
@@ -168,7 +169,7 @@ def test_the_plan_predicts_what_each_rank_moved(moe_run):
     from dfpo.launch.plan_report import recipe_plan
     from dfpo.operations.resource_meter import last_complete_step
 
-    model, _, output_root, _, _ = moe_run
+    model, run, output_root, _, _ = moe_run
 
     environ = {
         "OUTPUT_ROOT": str(output_root),
@@ -176,6 +177,12 @@ def test_the_plan_predicts_what_each_rank_moved(moe_run):
         "MODEL_PATH": str(model_dir(output_root, model)),
     }
     plan = recipe_plan("dfpo_min_replace", f"{model}_cpu", PROBE, environ=environ)
+    # the plan checked here is the one the launch printed before Ray (dfpo.launch.preflight.memory_plan_report)
+    printed = [line.strip() for line in run.output.splitlines() if "per CPU rank" in line]
+    assert printed and printed[0].startswith(f"plan per CPU rank for {model}_cpu"), run.tail(200)
+    for phase in ("log_prob", "prepass", "update", "weight_sync"):
+        ops = ", ".join(f"{op} {b / 1e6:,.2f} MB" for op, b in plan.collectives[phase].items())
+        assert f"collectives per CPU rank, {phase}: {ops}" in printed, (phase, ops, printed)
     records = sorted((output_root / "meter").glob("*-rank*-pid*.json"))
     ranks = {}
     for path in records:

@@ -3,6 +3,7 @@ prints the plan of the config it runs, and the parts follow the rules verl's cod
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -89,8 +90,43 @@ def test_a_model_without_a_plan_is_said(tmp_path):
     assert mp_report(config).startswith("memory plan per GPU for my_model (Qwen3ForCausalLM")
     (checkpoint / "config.json").unlink()
     assert "no published config for model 'my_model'" in mp_report(config)
+
+
+def test_a_cpu_run_is_planned_per_cpu_rank_without_the_gpus_memory_or_time(tmp_path):
+    """On CPU: the FSDP2 units, rank 0's load, micro-batches and collective bytes (the quantities the
+    resource meter checks on the tiny MoE runs, tests/e2e/test_moe_architectures_cpu.py), in MB; the
+    memory by phase and the step time, which model GPUs (vLLM's KV cache, CUDA, FLOP/s), are left out."""
+    checkpoint = tmp_path / "qwen3"
+    checkpoint.mkdir()
+    hf = {"model_type": "qwen3", "num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128}
+    hf |= {"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 1000}
+    (checkpoint / "config.json").write_text(json.dumps(hf))
+    config = composed_config("run_gspo_qwen3_32b.sh").copy()
+    config.dfpo.model = "tiny_qwen3"
+    config.actor_rollout_ref.model.path = str(checkpoint)
+    gpu = mp_report(config)
     config.trainer.device = "cpu"
-    assert mp_report(config) is None
+    cpu = mp_report(config)
+    plan = mp.plan_of_config(config, "tiny_qwen3", hf)
+    assert gpu.startswith("memory plan per GPU for tiny_qwen3") and "step time: compute" in gpu
+    assert cpu.startswith("plan per CPU rank for tiny_qwen3 (Qwen3ForCausalLM: ")
+    for gpu_only in ("GB of 80", "% of the GPU", "step time: compute", "pinned offloaded", "per GPU"):
+        assert gpu_only not in cpu, gpu_only
+    for phase in ("log_prob", "update", "weight_sync"):
+        ops = ", ".join(f"{op} {b / 1e6:,.2f} MB" for op, b in plan.collectives[phase].items())
+        assert f"  collectives per CPU rank, {phase}: {ops}\n" in cpu, (phase, cpu)
+    micro = ", ".join(f"{k} {v}" for k, v in plan.micro_batches.items())
+    assert f"micro-batches per CPU rank per step (full-length sequences): {micro}" in cpu
+    assert f"{plan.host[mp.RANK0_MODEL] * 1e3:,.2f} MB" in cpu
+
+
+def test_a_cpu_example_not_yet_written_says_how_its_plan_is_made(tmp_path):
+    config = composed_config("run_dfpo_min_replace_tiny_qwen3_next_cpu.sh").copy()
+    config.dfpo.output_root = str(tmp_path)
+    config.actor_rollout_ref.model.path = str(tmp_path / "models" / "tiny_qwen3_next_cpu")
+    said = mp_report(config)
+    assert f"needs {tmp_path}/models/tiny_qwen3_next_cpu/config.json, which a launch writes first" in said
+    assert f"python -m cpu_examples.prepare --output-root {tmp_path} --model tiny_qwen3_next" in said
 
 
 def test_the_qwen3_next_log_prob_pass_holds_three_logits_copies():
@@ -196,8 +232,8 @@ def test_the_readme_hardware_cells_are_the_plans():
         assert f"DFPO Min-Replace's {plan_report.hardware_cell(plan)} ([memory plan]" in hardware
         # the engine the recipe runs and where the comparison with expert parallelism is
         assert (
-            "engine FSDP2, kept over the expert-parallel engines ([why](docs/recipes.md#engines-for-the-moe-recipes))"
-            in hardware
+            "engine FSDP2, kept over the expert-parallel engines ([why](docs/recipes.md#engines-for-the-moe-recipes): "
+            "`python -m dfpo.launch.engine_plan`)" in hardware
         )
 
 
