@@ -494,6 +494,40 @@ def check_qwen3_next_fast_path(stack: str, import_module: Callable[[str], object
     )
 
 
+# flash-attn's compiled kernels, the module flash_attn.flash_attn_interface imports (flash-attn 2.x)
+FLASH_ATTN_KERNELS = "flash_attn_2_cuda"
+
+
+def check_flash_attn(
+    version: Callable[[str], str | None] = installed_version,
+    import_module: Callable[[str], object] = importlib.import_module,
+) -> Check:
+    """flash-attn, installed and its compiled kernels loaded: a build against another torch or CUDA
+    installs and reports its version, then fails with an undefined symbol at the first import, which
+    in a run is a Ray worker's model build."""
+    name = "flash-attn (Qwen3 recipes)"
+    flash = version("flash-attn")
+    if not flash:
+        return Check(
+            name,
+            FAIL,
+            "missing: transformers refuses attn_implementation=flash_attention_2 (verl's default) without it",
+            BUILD_FIX,
+        )
+    try:
+        import_module(FLASH_ATTN_KERNELS)
+        import_module("flash_attn")
+    except Exception as error:  # noqa: BLE001  (an ABI mismatch is an ImportError or OSError; any failure is this one)
+        return Check(
+            name,
+            FAIL,
+            f"{flash} is installed but its compiled kernels do not load ({FLASH_ATTN_KERNELS}: "
+            f"{type(error).__name__}: {error}): built against another torch or CUDA",
+            BUILD_FIX,
+        )
+    return Check(name, OK, f"{flash}, its CUDA kernels ({FLASH_ATTN_KERNELS}) loaded")
+
+
 def check_attention_kernels(
     version: Callable[[str], str | None] = installed_version,
     environ: dict[str, str] | None = None,
@@ -504,17 +538,7 @@ def check_attention_kernels(
     that family only."""
     from dfpo.launch.sink_attention_check import recipe_attention
 
-    flash = version("flash-attn")
-    checks = [
-        Check("flash-attn (Qwen3 recipes)", OK, flash)
-        if flash
-        else Check(
-            "flash-attn (Qwen3 recipes)",
-            FAIL,
-            "missing: transformers refuses attn_implementation=flash_attention_2 (verl's default) without it",
-            BUILD_FIX,
-        )
-    ]
+    checks = [check_flash_attn(version, import_module)]
     checks.append(check_gpt_oss_attention(recipe_attention(environ), load_kernel, import_module))
     checks.append(check_qwen3_next_fast_path("gpu", import_module))
     return checks

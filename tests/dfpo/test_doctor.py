@@ -155,3 +155,17 @@ def test_the_cpu_precision_line_says_what_auto_computes_in_and_why():
         and "ACTOR_DTYPE=bf16 would run many times slower" in avx2.detail
     )
     assert native.detail.startswith("auto is bf16: native bf16")
+
+
+def test_the_old_command_name_runs_the_same_doctor(monkeypatch, capsys):
+    """``python -m dfpo.doctor`` (its name before dfpo/launch/) is ``python -m dfpo.launch.doctor``."""
+    import runpy
+
+    from dfpo.launch import doctor
+
+    seen = []
+    monkeypatch.setattr(doctor, "main", lambda: seen.append(sys.argv[1:]) or 3)
+    monkeypatch.setattr(sys, "argv", ["-m", "--stack", "cpu"])
+    with pytest.raises(SystemExit) as exited:
+        runpy.run_module("dfpo.doctor", run_name="__main__")
+    assert exited.value.code == 3 and seen == [["--stack", "cpu"]]

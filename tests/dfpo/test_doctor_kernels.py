@@ -18,6 +18,8 @@ FAST_KERNELS = {
     "fla.modules": SimpleNamespace(FusedRMSNormGated=object),
     "torch.nn.attention.flex_attention": SimpleNamespace(),
     "transformers.integrations.flex_attention": SimpleNamespace(),
+    "flash_attn_2_cuda": SimpleNamespace(),
+    "flash_attn": SimpleNamespace(),
 }
 
 
@@ -169,3 +171,32 @@ def test_the_gpt_oss_check_reads_the_recipe_knob_then_the_model_file():
     knob = {"GPT_OSS_ATTN_IMPLEMENTATION": "kernels-community/vllm-flash-attn3"}
     overridden = doctor.check_attention_kernels(version, knob, _never, kernels)
     assert overridden[1].status == FAIL and overridden[1].name.endswith("(kernels-community/vllm-flash-attn3)")
+
+
+def test_flash_attn_is_ok_only_once_its_compiled_kernels_load():
+    version = {"flash-attn": "2.8.3"}.get
+    loaded = doctor.check_flash_attn(version, importer(FAST_KERNELS))
+    assert loaded.status == OK and "flash_attn_2_cuda" in loaded.detail and "loaded" in loaded.detail
+    abi = ImportError("flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so: undefined symbol: _ZN3c104cuda9SetDeviceEi")
+
+    def mismatched(name: str):
+        if name == "flash_attn_2_cuda":
+            raise abi
+        return SimpleNamespace()
+
+    broken = doctor.check_flash_attn(version, mismatched)
+    assert broken.status == FAIL and "undefined symbol" in broken.detail and "2.8.3 is installed" in broken.detail
+    assert broken.fix == doctor.BUILD_FIX
+    missing = doctor.check_flash_attn({}.get, importer(FAST_KERNELS))
+    assert missing.status == FAIL and missing.detail.startswith("missing")
+
+
+def test_the_kernel_module_is_the_pinned_flash_attns():
+    """flash-attn 2.x's interface loads its kernels as ``import flash_attn_2_cuda`` (the GPU build pins
+    2.8.3); another major version names them otherwise, and this check with them."""
+    import re
+
+    pinned = re.search(
+        r"^flash-attn==(\d+)\.", (doctor.REPO_ROOT / "requirements-gpu-build.txt").read_text(), flags=re.M
+    )
+    assert pinned and pinned.group(1) == "2", "flash-attn's major version changed: update FLASH_ATTN_KERNELS"
