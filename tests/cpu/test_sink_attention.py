@@ -5,7 +5,8 @@ q/k/v/o weights and sinks, on a sliding-window and a full-attention layer, seque
 the window, several sequences packed in one row against each sequence run alone. The comparison
 catches an attention that drops the sinks or the window, and the two findings the GPU recipe's
 choice rests on still hold: transformers' flex_attention refuses sinks on CPU, and eager on a
-packed GPT-OSS row attends across its sequences."""
+packed GPT-OSS row attends across its sequences. In bf16, the recipe's precision, the attention's error
+from fp32 eager is bounded by eager-in-bf16's own, and the same mutants fail there."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import torch
 
 from cpu_backend import varlen_attention
 from dfpo.launch.sink_attention_check import (
+    BF16_ERROR_FLOOR,
     CPU_PACKED_ATTENTION,
     LENGTHS,
     SKIPPED,
@@ -68,9 +70,10 @@ _windowed = varlen_attention.windowed_sink_attention
         (_without_window, {"logits"} | {f"{LAYERS[0]} {name}" for name in ("sinks grad", "q_proj.weight grad")}),
     ],
 )
-def test_the_comparison_fails_an_attention_that_drops_the_sinks_or_the_window(monkeypatch, mutant, wrong):
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_the_comparison_fails_an_attention_that_drops_the_sinks_or_the_window(monkeypatch, mutant, wrong, dtype):
     monkeypatch.setattr(varlen_attention, "windowed_sink_attention", mutant)
-    assert wrong <= set(compare_with_eager(CPU_PACKED_ATTENTION).failures())
+    assert wrong <= set(compare_with_eager(CPU_PACKED_ATTENTION, dtype=dtype).failures())
 
 
 def test_the_comparison_fails_an_attention_whose_backward_leaves_the_sinks_untrained(monkeypatch):
@@ -80,8 +83,21 @@ def test_the_comparison_fails_an_attention_whose_backward_leaves_the_sinks_untra
         return _windowed(q, k, v, scale, sliding_window, None if sinks is None else sinks.detach())
 
     monkeypatch.setattr(varlen_attention, "windowed_sink_attention", sinks_detached)
-    failures = compare_with_eager(CPU_PACKED_ATTENTION).failures()
-    assert failures == [f"{layer} sinks grad" for layer in LAYERS]
+    for dtype in ("fp32", "bf16"):
+        failures = compare_with_eager(CPU_PACKED_ATTENTION, dtype=dtype).failures()
+        assert failures == [f"{layer} sinks grad" for layer in LAYERS], dtype
+
+
+def test_in_bf16_the_bound_is_eagers_own_rounding():
+    """The recipe's precision: the CPU attention in bf16 against fp32 eager, each quantity's error at most
+    BF16_ERROR_FACTOR times eager-in-bf16's plus the floor; bf16 rounds far above fp32's tolerance."""
+    report = compare_with_eager(CPU_PACKED_ATTENTION, dtype="bf16")
+    assert report.dtype == "bf16" and report.failures() == [], "\n".join(report.lines())
+    assert set(report.bounds) == set(report.errors)
+    assert all(bound > BF16_ERROR_FLOOR for bound in report.bounds.values())  # eager's own error is not zero
+    assert max(report.errors.values()) > 100 * compare_with_eager(CPU_PACKED_ATTENTION).tolerance
+    with pytest.raises(ValueError, match="expected one of fp32, bf16"):
+        compare_with_eager(CPU_PACKED_ATTENTION, dtype="fp16")
 
 
 def test_flex_attention_refuses_sinks_on_cpu():
@@ -125,7 +141,9 @@ def test_the_recipe_attention_and_layout_are_the_knobs_or_the_model_file(tmp_pat
 
 def test_the_cli_checks_the_cpu_attention_and_skips_without_cuda(capsys):
     assert main(["--cpu"]) == 0
-    assert f"{CPU_PACKED_ATTENTION} (packed row) against eager on cpu" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    for dtype in ("fp32", "bf16"):  # both precisions by default: the recipe trains in bf16
+        assert f"sink attention in {dtype}: {CPU_PACKED_ATTENTION} (packed row) against fp32 eager on cpu" in out
     if not torch.cuda.is_available():
         assert main([]) == SKIPPED
         assert "SKIPPED: no CUDA device" in capsys.readouterr().out
