@@ -271,7 +271,10 @@ def test_gpu_smoke_cpu_mode_passes_the_cpu_recipe_the_vllm_rollout_and_cpu_setti
     # the CPU backend's packed attention against eager on the tiny GPT-OSS, for real
     assert "-m dfpo.launch.sink_attention_check --cpu" in calls
     assert " PASS " in next(line for line in summary.splitlines() if "GPT-OSS sink attention" in line)
-    assert "GPT-OSS sink attention: dfpo_cpu_varlen (packed row) against eager on cpu" in result.stdout
+    for dtype in ("fp32", "bf16"):  # the exact check, then the recipe's precision
+        assert f"GPT-OSS sink attention in {dtype}: dfpo_cpu_varlen (packed row) against fp32 eager on cpu" in (
+            result.stdout
+        )
     trains = [c for c in calls if c.startswith("-m dfpo.main")]
     assert len(trains) == 2 and "algorithm.rollout_correction.bypass_mode=true" in trains[1]
     assert "trainer.val_before_train=false" in trains[1] and "trainer.test_freq=-1" in trains[1]  # no validation
