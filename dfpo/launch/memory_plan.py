@@ -439,18 +439,20 @@ def render(p: RunPlan, on_cpu: bool = False) -> str:
     MoE runs); the memory by phase and the step time are GPUs' and left out."""
     a = p.anatomy
     unit = "CPU rank" if on_cpu else "GPU"
-    billions = (lambda n: f"{n / 1e6:.3g} M") if on_cpu else (lambda n: f"{n / 1e9:.1f} B")  # tiny models: millions
-    billions2 = (lambda n: f"{n / 1e6:.3g} M") if on_cpu else (lambda n: f"{n / 1e9:.2f} B")
+
+    def count(n: float, gpu_digits: int = 2) -> str:  # the tiny CPU models in millions
+        return f"{n / 1e6:.3g} M" if on_cpu else f"{n / 1e9:.{gpu_digits}f} B"
+
     title = "plan" if on_cpu else "memory plan"
     lines = [
-        f"{title} per {unit} for {p.name} ({a.architecture}: {billions(a.params)} parameters, "
-        f"{billions2(a.active_params_per_token)} active per token, {len(a.units)} FSDP2 units, largest "
-        f"{billions2(a.largest_unit().params)}; estimates, assumptions: docs/recipes.md, 'Memory plan'):"
+        f"{title} per {unit} for {p.name} ({a.architecture}: {count(a.params, 1)} parameters, "
+        f"{count(a.active_params_per_token)} active per token, {len(a.units)} FSDP2 units, largest "
+        f"{count(a.largest_unit().params)}; estimates, assumptions: docs/recipes.md, 'Memory plan'):"
     ]
     by_type = ", ".join(
-        f"{kind} {count} × {billions2(total / count)}"
+        f"{kind} {layers} × {count(total / layers)}"
         for kind, total in a.params_by_layer_type().items()
-        for count in [sum(1 for unit in a.layers if (unit.layer_type or "layer") == kind)]
+        for layers in [sum(1 for unit in a.layers if (unit.layer_type or "layer") == kind)]
     )
     lines.append(f"  layers: {by_type}; routed experts {a.expert_params / a.params:.0%} of the parameters")
     if on_cpu:

@@ -338,10 +338,10 @@ def memory_plan_report(config, environ: dict[str, str] | None = None) -> str | N
         plan = memory_plan.plan_of_config(config, str(name or Path(model_path).name), hf_config, gpu_memory_gb)
     except (KeyError, ValueError) as error:
         return f"dfpo preflight: no memory plan: {error.args[0]}"
-    from dfpo.launch.engine_plan import engine_report_for_config
-
     if on_cpu:
         return memory_plan.render(plan, on_cpu=True)
+    from dfpo.launch.engine_plan import engine_report_for_config
+
     engines = engine_report_for_config(config)  # the MoE recipes: FSDP2 against the expert-parallel engines
     return memory_plan.render(plan) + (f"\n{engines}" if engines else "")
 

@@ -60,9 +60,13 @@ def _check_choice(group: str, name: str, what: str) -> None:
         )
 
 
+def _model_file_path(model: str) -> Path:
+    return CONFIG_DIR / "base_model" / f"{model}.yaml"
+
+
 def _model_file(model: str) -> dict:
     """The model file's content, read once per launch (callers do not modify it)."""
-    return _load_yaml(CONFIG_DIR / "base_model" / f"{model}.yaml")
+    return _load_yaml(_model_file_path(model))
 
 
 @cache
@@ -85,7 +89,7 @@ def model_keys(model: str) -> frozenset[str]:
 def model_sets_path(model: str) -> bool:
     """Whether the model file names its own checkpoint (the CPU examples build theirs); False for a model
     with no file (the launch then names it among the known ones)."""
-    if not (CONFIG_DIR / "base_model" / f"{model}.yaml").is_file():
+    if not _model_file_path(model).is_file():
         return False
     return bool(_model_file(model).get("actor_rollout_ref", {}).get("model", {}).get("path"))
 

@@ -13,7 +13,6 @@ of their own.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 
@@ -27,6 +26,7 @@ from dfpo.launch.recipe import recipe_environment
 from tests.dfpo.test_preflight import assert_says_the_model_and_the_way
 from tests.dfpo.warm_main import WarmMain
 from tests.recipes.recipe_commands import REPO_ROOT, dry_run
+from tests.slurm_cluster import free_ports
 
 pytestmark = pytest.mark.slow
 
@@ -105,9 +105,8 @@ def test_a_stale_ray_address_file_stops_the_driver_before_ray_naming_the_file(ti
     """Ray's address file of a head that ended without ``ray stop`` (tests/dfpo/test_ray_address_file.py):
     ``ray.init()`` would wait minutes for it; the driver stops in seconds and says what to do."""
     assert "RAY_ADDRESS" not in os.environ, "this launch must find the cluster as a plain ray.init() does"
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        address = f"127.0.0.1:{probe.getsockname()[1]}"  # nothing listens there once closed
+    (port,) = free_ports(1)
+    address = f"127.0.0.1:{port}"  # nothing listens there once the probe is closed
     (tmp_path / "ray_current_cluster").write_text(address)
     done = _main(tiny_main, output_root, f"+ray_kwargs.ray_init._temp_dir={tmp_path}")
     assert done.returncode != 0

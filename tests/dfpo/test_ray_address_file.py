@@ -24,6 +24,7 @@ from dfpo.launch.driver_setup import (
     drop_node_resources_on_a_cluster,
     ray_address_file,
 )
+from tests.slurm_cluster import free_ports
 
 
 def _config(**ray_init):
@@ -40,9 +41,8 @@ def _listening():
 
 
 def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]  # nothing listens there once the socket is closed
+    (port,) = free_ports(1)  # nothing listens there once the probe is closed
+    return port
 
 
 @pytest.mark.parametrize(
